@@ -1,0 +1,47 @@
+# Two commands for a fresh machine: `make run` and `make test`. Each does its own installs.
+VENV   := .venv
+PY     := $(VENV)/bin/python
+BIN    := $(VENV)/bin
+# Debian's python3 so that bcc (python3-bpfcc, not on PyPI) is importable in the venv.
+SYSPY  := /usr/bin/python3
+ARGS   ?=
+PYTEST_ARGS ?=
+
+.PHONY: run test bench lint typecheck docs docs-check system-deps system-deps-run venv clean demo
+
+system-deps:
+	bash scripts/install-system-deps.sh scripts/apt-packages.txt
+
+system-deps-run:
+	bash scripts/install-system-deps.sh scripts/apt-packages-run.txt
+
+$(VENV)/.installed: pyproject.toml
+	$(SYSPY) -m venv --system-site-packages $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+run: system-deps-run venv
+	$(BIN)/gpu-exporter $(ARGS)
+
+lint: venv
+	$(BIN)/ruff check gpu_exporter tests
+	$(BIN)/mypy
+
+docs: venv
+	$(PY) -m gpu_exporter.docs > docs/metrics.md
+
+test: system-deps venv
+	bash scripts/setup-test-host.sh
+	$(BIN)/ruff check gpu_exporter tests
+	$(BIN)/mypy
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+bench: system-deps venv
+	bash scripts/setup-test-host.sh
+	$(BIN)/pytest tests/bench --benchmark-only --benchmark-columns=min,median,max,mean,rounds -p no:randomly $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,3 @@
+from gpu_exporter.cli import run
+
+run()

@@ -1,0 +1,229 @@
+"""Command line: `gpu-exporter [serve]`, `dump`, `doctor`.
+
+Every flag can also come from the environment as GPU_EXPORTER_<NAME> (upper case, dots
+and dashes to underscores): `--scrape.timeout` is GPU_EXPORTER_SCRAPE_TIMEOUT.
+Exit codes: 0 ok, 2 bad flag / value / configuration, 3 cannot listen, 4 a collector
+fault (e.g. a BPF program that does not load).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from gpu_exporter import __version__, logs
+from gpu_exporter.collectors import REGISTRY
+from gpu_exporter.collectors.base import CollectorFault, Option
+from gpu_exporter.exporter import GpuExporterCollector, make_registry
+from gpu_exporter.resource import resource_labels
+from gpu_exporter.settings import ConfigError, Settings
+
+EXIT_CONFIG, EXIT_LISTEN, EXIT_FAULT = 2, 3, 4
+log = logging.getLogger("gpu_exporter")
+
+
+def env_name(flag: str) -> str:
+    return "GPU_EXPORTER_" + flag.upper().replace(".", "_").replace("-", "_")
+
+
+def param_name(flag: str) -> str:
+    return flag.replace(".", "_").replace("-", "_")
+
+
+def _positive_float(name: str) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        text = str(text)
+        try:
+            value = float(text[:-1]) if text.endswith("s") else float(text)
+        except ValueError:
+            raise click.BadParameter(f"{text!r} is not a duration in seconds") from None
+        if not value > 0:
+            raise click.BadParameter(f"{text!r} must be greater than 0")
+        return value
+    parse.__name__ = name
+    return parse
+
+
+GLOBAL_OPTIONS: tuple[Option, ...] = (
+    Option("web.listen-address", str, ":9445", "Address to listen on, [host]:port."),
+    Option("web.telemetry-path", str, "/metrics", "Path under which to expose metrics."),
+    Option("path.sysfs", str, "/sys", "sysfs mount point."),
+    Option("path.procfs", str, "/proc", "procfs mount point."),
+    Option("scrape.timeout", _positive_float("seconds"), 5.0,
+           "Seconds a scrape may take; a device that has not answered by then reads "
+           "hw_gpu_up 0."),
+    Option("collector.retry-interval", _positive_float("seconds"), 30.0,
+           "Seconds between attempts to start an unavailable collector."),
+    Option("log.level", click.Choice(["debug", "info", "warn", "error"]), "info",
+           "Log level."),
+    Option("log.format", click.Choice(["logfmt", "json"]), "logfmt", "Log format."),
+)
+
+
+def _click_option(opt: Option, *, prefix: str = "") -> Callable[[Any], Any]:
+    flag = prefix + opt.name
+    kwargs: dict[str, Any] = {
+        "default": opt.default, "show_default": True, "help": opt.help,
+        "envvar": env_name(flag), "show_envvar": True,
+    }
+    if opt.is_flag:
+        return click.option(f"--{flag}/--no-{flag}", param_name(flag), **kwargs)
+    if isinstance(opt.type, click.ParamType) or opt.type in (int, float, str):
+        kwargs["type"] = opt.type
+    else:
+        kwargs["type"] = click.types.FuncParamType(opt.type)
+    return click.option(f"--{flag}", param_name(flag), **kwargs)
+
+
+def all_options() -> list[Callable[[Any], Any]]:
+    decorators = [_click_option(o) for o in GLOBAL_OPTIONS]
+    for cls in REGISTRY:
+        decorators.append(_click_option(Option(
+            cls.name, bool, cls.default_enabled, f"Enable the {cls.name} collector: {cls.help}",
+            is_flag=True), prefix="collector."))
+        decorators.extend(_click_option(o) for o in cls.options)
+    return decorators
+
+
+def with_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    for decorator in reversed(all_options()):
+        fn = decorator(fn)
+    return fn
+
+
+def build_settings(params: dict[str, Any], env: dict[str, str] | None = None) -> Settings:
+    env = dict(os.environ if env is None else env)
+    enabled = frozenset(
+        cls.name for cls in REGISTRY if params.get(param_name("collector." + cls.name))
+    )
+    options = {
+        o.name: params[param_name(o.name)] for cls in REGISTRY for o in cls.options
+    }
+    return Settings(
+        sysfs=params["path_sysfs"],
+        procfs=params["path_procfs"],
+        scrape_timeout_seconds=params["scrape_timeout"],
+        enabled_collectors=enabled,
+        resource_labels=resource_labels(env),
+        options=options,
+        retry_interval_seconds=params["collector_retry_interval"],
+    )
+
+
+def _fault(code: int, message: str) -> None:
+    click.echo(f"gpu-exporter: {message}", err=True)
+    sys.exit(code)
+
+
+def _start(params: dict[str, Any]) -> GpuExporterCollector:
+    logs.configure(params["log_level"], params["log_format"])
+    try:
+        settings = build_settings(params)
+    except ConfigError as exc:
+        _fault(EXIT_CONFIG, str(exc))
+    exporter = GpuExporterCollector(settings, REGISTRY)
+    try:
+        exporter.start()
+    except CollectorFault as exc:
+        exporter.close()
+        _fault(EXIT_FAULT, str(exc))
+    except ConfigError as exc:
+        exporter.close()
+        _fault(EXIT_CONFIG, str(exc))
+    return exporter
+
+
+def serve(params: dict[str, Any]) -> None:
+    from gpu_exporter.web import ListenError, make_server
+
+    exporter = _start(params)
+    try:
+        server = make_server(
+            params["web_listen_address"], make_registry(exporter), params["web_telemetry_path"]
+        )
+    except (ConfigError, ListenError) as exc:
+        exporter.close()
+        _fault(EXIT_CONFIG if isinstance(exc, ConfigError) else EXIT_LISTEN, str(exc))
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        log.info("received signal %s, shutting down", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
+    log.info("listening on %s%s (version %s)", params["web_listen_address"],
+             params["web_telemetry_path"], __version__)
+    stop.wait()
+    server.shutdown()
+    server.server_close()
+    exporter.close()
+
+
+@click.group(invoke_without_command=True, context_settings={"max_content_width": 100})
+@click.version_option(__version__, prog_name="gpu-exporter")
+@with_options
+@click.pass_context
+def main(ctx: click.Context, /, **params: Any) -> None:
+    """Prometheus exporter for GPU fleets. Without a command: serve."""
+    if ctx.invoked_subcommand is None:
+        serve(params)
+
+
+@main.command("serve")
+@with_options
+def serve_cmd(**params: Any) -> None:
+    """Serve /metrics over HTTP (the default command)."""
+    serve(params)
+
+
+@main.command()
+@with_options
+def dump(**params: Any) -> None:
+    """Print one scrape in the Prometheus text format and exit."""
+    from prometheus_client.exposition import generate_latest
+
+    exporter = _start(params)
+    try:
+        sys.stdout.write(generate_latest(make_registry(exporter)).decode())
+    finally:
+        exporter.close()
+
+
+@main.command()
+@with_options
+def doctor(**params: Any) -> None:
+    """Tell, collector by collector, what is available and why not."""
+    params["log_level"] = "error"
+    exporter = _start(params)
+    try:
+        states = exporter.availability()
+        width = max(len(n) for n in states) if states else 10
+        for cls in REGISTRY:
+            a = states[cls.name]
+            reason = a.reason or ("turn on with --collector." + cls.name
+                                  if a.state == "disabled" else "")
+            click.echo(f"{cls.name:<{width}}  {a.state:<11}  {reason}".rstrip())
+    finally:
+        exporter.close()
+
+
+def run() -> None:
+    """Console entry point: a bad flag or value is one line on stderr and exit 2."""
+    try:
+        main(standalone_mode=False)
+    except click.exceptions.Abort:
+        sys.exit(130)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        click.echo(f"gpu-exporter: {exc.format_message()}", err=True)
+        sys.exit(EXIT_CONFIG)

@@ -1,0 +1,142 @@
+"""The small interface every collector implements, and what it writes into."""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+from gpu_exporter.catalogue import Kind, Metric
+from gpu_exporter.records import GpuReading
+from gpu_exporter.settings import Settings
+
+FeatureState = Literal["enabled", "unavailable", "disabled"]
+
+
+class CollectorFault(Exception):
+    """A collector cannot start for a reason the operator must fix (e.g. a BPF program
+    that fails to load). Start-up stops with this one line, exit 4."""
+
+
+@dataclass(frozen=True)
+class Availability:
+    state: FeatureState
+    reason: str = ""
+
+    @classmethod
+    def enabled(cls, reason: str = "") -> Availability:
+        return cls("enabled", reason)
+
+    @classmethod
+    def unavailable(cls, reason: str) -> Availability:
+        return cls("unavailable", reason)
+
+
+@dataclass(frozen=True)
+class Option:
+    """A collector-specific flag: `--<name>` and env `GPU_EXPORTER_<NAME>`."""
+
+    name: str  # e.g. "ebpf.kernel-names-max"
+    type: Callable[[str], Any] | type
+    default: Any
+    help: str
+    is_flag: bool = False
+
+
+@dataclass
+class Sample:
+    metric: Metric
+    labels: Mapping[str, str]
+    value: float
+    device: str | None = None  # hw_id whose device labels are joined in
+
+
+@dataclass
+class HistogramSample:
+    metric: Metric
+    labels: Mapping[str, str]
+    buckets: Sequence[tuple[float, float]]  # (upper bound, cumulative count), +Inf last
+    sum_value: float
+    device: str | None = None
+
+
+@dataclass
+class Sink:
+    """What one collector produces during one scrape. Values of None are absent."""
+
+    collector: str
+    deadline: float  # time.monotonic() by which collect() must return
+    gpus: list[GpuReading] = field(default_factory=list)
+    samples: list[Sample] = field(default_factory=list)
+    histograms: list[HistogramSample] = field(default_factory=list)
+    device_labels: dict[str, dict[str, str]] = field(default_factory=dict)
+    failures: list[tuple[str, str]] = field(default_factory=list)
+
+    def gpu(self, reading: GpuReading) -> None:
+        self.gpus.append(reading)
+
+    def add(
+        self,
+        metric: Metric,
+        labels: Mapping[str, str],
+        value: float | None,
+        device: str | None = None,
+    ) -> None:
+        if value is None:
+            return
+        if metric.kind is Kind.HISTOGRAM:
+            raise TypeError(f"{metric.name} is a histogram: use add_histogram")
+        self.samples.append(Sample(metric, labels, float(value), device))
+
+    def add_histogram(
+        self,
+        metric: Metric,
+        labels: Mapping[str, str],
+        buckets: Sequence[tuple[float, float]],
+        sum_value: float,
+        device: str | None = None,
+    ) -> None:
+        self.histograms.append(HistogramSample(metric, labels, buckets, sum_value, device))
+
+    def label_device(self, hw_id: str, labels: Mapping[str, str]) -> None:
+        """Extra labels for every series of one device (e.g. the Kubernetes pod)."""
+        self.device_labels.setdefault(hw_id, {}).update(labels)
+
+    def fail(self, key: str, message: str) -> None:
+        """Something this collector should have read could not be: the value is absent,
+        collector_success is 0 this scrape, and `message` is logged once per key."""
+        self.failures.append((key, message))
+
+    def time_left(self) -> float:
+        return max(0.0, self.deadline - time.monotonic())
+
+
+class Collector(ABC):
+    """One data source. Subclasses live one per module in this package and are
+    registered in `gpu_exporter.collectors.REGISTRY`."""
+
+    name: ClassVar[str]
+    help: ClassVar[str]
+    default_enabled: ClassVar[bool] = True
+    # Collectors that report devices run the same scrape as those that label them; all
+    # device labels are joined after every collector has returned.
+    options: ClassVar[Sequence[Option]] = ()
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    @abstractmethod
+    def start(self) -> Availability:
+        """Probe and prepare once at start-up (and again later while unavailable).
+        Returns unavailable with a reason instead of raising for missing libraries,
+        devices or privileges; raises CollectorFault only for operator errors."""
+
+    @abstractmethod
+    def collect(self, sink: Sink) -> None:
+        """Read everything once and write it into `sink`. Must not raise for a single
+        bad device or field (use sink.fail); an exception marks the collector failed."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release resources (threads, probes, library handles)."""

@@ -1,0 +1,289 @@
+"""The custom Prometheus collector: runs every collector on each scrape, joins device
+labels, adds resource labels and self-metrics, and never lets one failure fail the
+scrape."""
+
+from __future__ import annotations
+
+import logging
+import platform
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from prometheus_client.metrics_core import Metric as PromMetric
+from prometheus_client.registry import Collector as PromCollector
+from prometheus_client.registry import CollectorRegistry
+
+from gpu_exporter import __version__, device_families
+from gpu_exporter import catalogue as c
+from gpu_exporter.collectors.base import Availability, Collector, HistogramSample, Sample, Sink
+from gpu_exporter.logs import forget, log_once
+from gpu_exporter.records import VENDOR_ORDER, GpuReading
+from gpu_exporter.settings import Settings
+from gpu_exporter.worker import Busy, Timeout, Worker
+
+log = logging.getLogger("gpu_exporter.exporter")
+
+# Collectors get the scrape timeout less this margin, so that the merge and the HTTP
+# response still fit in the scraper's own timeout.
+_MARGIN_SECONDS = 0.25
+
+
+def _nvml_bindings_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("nvidia-ml-py")
+    except Exception:
+        return ""
+
+
+@dataclass
+class _Slot:
+    collector: Collector
+    availability: Availability
+    worker: Worker
+    last_start: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class ScrapeResult:
+    families: list[PromMetric]
+    finished: float
+
+
+class GpuExporterCollector(PromCollector):
+    def __init__(
+        self,
+        settings: Settings,
+        collector_classes: Sequence[type[Collector]],
+    ) -> None:
+        self.settings = settings
+        self._slots: dict[str, _Slot] = {}
+        self._disabled: list[str] = []
+        self._classes = list(collector_classes)
+        self._lock = threading.Lock()
+        self._last: ScrapeResult | None = None
+        self._build_labels = {
+            "version": __version__,
+            "python_version": platform.python_version(),
+            "nvml_bindings_version": _nvml_bindings_version(),
+        }
+
+    # -- life cycle ------------------------------------------------------------------
+    def start(self) -> dict[str, Availability]:
+        """Start every enabled collector; CollectorFault propagates (start-up fault)."""
+        states: dict[str, Availability] = {}
+        for cls in self._classes:
+            if cls.name not in self.settings.enabled_collectors:
+                self._disabled.append(cls.name)
+                states[cls.name] = Availability("disabled")
+                continue
+            collector = cls(self.settings)
+            availability = collector.start()
+            if availability.state == "unavailable":
+                log.info("collector %s unavailable: %s", cls.name, availability.reason)
+            self._slots[cls.name] = _Slot(collector, availability, Worker(cls.name))
+            states[cls.name] = availability
+        return states
+
+    def close(self) -> None:
+        for slot in self._slots.values():
+            try:
+                slot.collector.close()
+            except Exception:
+                log.exception("closing collector %s", slot.collector.name)
+            slot.worker.stop()
+
+    def availability(self) -> dict[str, Availability]:
+        out = {name: slot.availability for name, slot in self._slots.items()}
+        out.update({name: Availability("disabled") for name in self._disabled})
+        return out
+
+    # -- scrape ----------------------------------------------------------------------
+    def collect(self) -> Iterator[PromMetric]:
+        arrived = time.monotonic()
+        # Concurrent scrapes share one collection: a scraper that waited for another
+        # scrape which finished after it arrived takes that result.
+        with self._lock:
+            if self._last is not None and self._last.finished >= arrived:
+                return iter(self._last.families)
+            result = ScrapeResult(self._scrape(), time.monotonic())
+            self._last = result
+        return iter(result.families)
+
+    def _scrape(self) -> list[PromMetric]:
+        budget = max(0.1, self.settings.scrape_timeout_seconds - _MARGIN_SECONDS)
+        deadline = time.monotonic() + budget
+        sinks: dict[str, Sink] = {}
+        success: dict[str, bool] = {}
+        duration: dict[str, float] = {}
+        # Start them all, then wait: collectors run side by side on their own threads.
+        pending: dict[str, threading.Thread] = {}
+        for name, slot in self._slots.items():
+            sink = Sink(name, deadline)
+            sinks[name] = sink
+            t = threading.Thread(
+                target=self._run_one, args=(slot, sink, success, duration), daemon=True
+            )
+            pending[name] = t
+            t.start()
+        for name, t in pending.items():
+            t.join(max(0.0, deadline - time.monotonic()) + _MARGIN_SECONDS / 2)
+            if t.is_alive():
+                success[name] = False
+                duration.setdefault(name, self.settings.scrape_timeout_seconds)
+                sinks[name] = Sink(name, deadline)  # whatever it wrote is dropped
+        return self._render(sinks, success, duration)
+
+    def _run_one(
+        self, slot: _Slot, sink: Sink, success: dict[str, bool], duration: dict[str, float]
+    ) -> None:
+        name = slot.collector.name
+        started = time.monotonic()
+        ok = False
+        try:
+            if slot.availability.state == "unavailable":
+                self._retry_start(slot, sink)
+            if slot.availability.state == "enabled":
+                slot.worker.run(lambda: slot.collector.collect(sink), sink.time_left())
+                ok = not sink.failures
+                for key, message in sink.failures:
+                    log_once(log, f"{name}:{key}", logging.WARNING, "%s: %s", name, message)
+            else:
+                ok = True  # an unavailable feature is reported, not a failed scrape
+        except Busy:
+            log_once(log, f"{name}:busy", logging.WARNING,
+                     "collector %s is still stuck in an earlier scrape", name)
+        except Timeout:
+            log_once(log, f"{name}:timeout", logging.WARNING,
+                     "collector %s did not finish within the scrape timeout", name)
+        except Exception as exc:
+            log_once(log, f"{name}:{type(exc).__name__}", logging.ERROR,
+                     "collector %s failed: %s", name, exc)
+        else:
+            if ok:
+                forget(log, f"{name}:busy")
+                forget(log, f"{name}:timeout")
+        success[name] = ok
+        duration[name] = time.monotonic() - started
+
+    def _retry_start(self, slot: _Slot, sink: Sink) -> None:
+        now = time.monotonic()
+        if now - slot.last_start < self.settings.retry_interval_seconds:
+            return
+        slot.last_start = now
+        availability = slot.worker.run(slot.collector.start, sink.time_left())
+        if availability.state != slot.availability.state:
+            log.info("collector %s is now %s %s", slot.collector.name, availability.state,
+                     availability.reason)
+        slot.availability = availability
+
+    # -- rendering -------------------------------------------------------------------
+    def _render(
+        self, sinks: Mapping[str, Sink], success: Mapping[str, bool],
+        duration: Mapping[str, float],
+    ) -> list[PromMetric]:
+        gpus: list[GpuReading] = [g for s in sinks.values() for g in s.gpus]
+        dev_labels = assign_device_labels(gpus)
+        for sink in sinks.values():
+            for hw_id, extra in sink.device_labels.items():
+                if hw_id in dev_labels:
+                    dev_labels[hw_id].update(extra)
+        samples: list[Sample] = [s for g in gpus for s in device_families.samples(g)]
+        histograms: list[HistogramSample] = []
+        for sink in sinks.values():
+            samples.extend(sink.samples)
+            histograms.extend(sink.histograms)
+        samples.extend(self._self_samples(success, duration))
+        return build_families(samples, histograms, dev_labels, self.settings.resource_labels)
+
+    def _self_samples(
+        self, success: Mapping[str, bool], duration: Mapping[str, float]
+    ) -> Iterable[Sample]:
+        yield Sample(c.BUILD_INFO, self._build_labels, 1)
+        for name in sorted(success):
+            yield Sample(c.COLLECTOR_SUCCESS, {"collector": name}, 1 if success[name] else 0)
+            yield Sample(c.COLLECTOR_DURATION, {"collector": name}, duration.get(name, 0.0))
+        for feature, availability in sorted(self.availability().items()):
+            for state in ("enabled", "unavailable", "disabled"):
+                yield Sample(
+                    c.FEATURE_STATUS, {"feature": feature, "state": state},
+                    1 if availability.state == state else 0,
+                )
+
+
+def assign_device_labels(gpus: Sequence[GpuReading]) -> dict[str, dict[str, str]]:
+    """gpu_index: NVIDIA by NVML index, then AMD, then Intel by PCI address; a MIG
+    instance shares its parent's index."""
+    physical = [g for g in gpus if g.identity.parent_hw_id is None]
+    physical.sort(key=lambda g: (VENDOR_ORDER[g.identity.vendor], g.identity.order_key))
+    index = {g.identity.hw_id: i for i, g in enumerate(physical)}
+    labels: dict[str, dict[str, str]] = {}
+    for g in gpus:
+        parent = g.identity.parent_hw_id
+        i = index.get(parent if parent is not None else g.identity.hw_id, -1)
+        labels[g.identity.hw_id] = device_families.device_labels(g, i)
+    return labels
+
+
+def build_families(
+    samples: Iterable[Sample],
+    histograms: Iterable[HistogramSample],
+    device_labels: Mapping[str, Mapping[str, str]],
+    resource_labels: Mapping[str, str],
+) -> list[PromMetric]:
+    families: dict[str, PromMetric] = {}
+
+    def family(metric: c.Metric) -> PromMetric:
+        fam = families.get(metric.name)
+        if fam is None:
+            fam = PromMetric(metric.family_name, metric.help, metric.kind.value, metric.unit)
+            families[metric.name] = fam
+        return fam
+
+    def labels_of(own: Mapping[str, str], device: str | None) -> dict[str, str] | None:
+        out = dict(resource_labels)
+        if device is not None:
+            dev = device_labels.get(device)
+            if dev is None:
+                return None  # a sample for a device no collector reported this scrape
+            out.update(dev)
+        out.update(own)
+        return out
+
+    for s in samples:
+        labels = labels_of(s.labels, s.device)
+        if labels is None:
+            continue
+        family(s.metric).add_sample(s.metric.name, labels, s.value)
+    for h in histograms:
+        labels = labels_of(h.labels, h.device)
+        if labels is None:
+            continue
+        fam = family(h.metric)
+        count = 0.0
+        for bound, cumulative in h.buckets:
+            le = "+Inf" if bound == float("inf") else _fmt_bound(bound)
+            fam.add_sample(h.metric.name + "_bucket", {**labels, "le": le}, cumulative)
+            count = cumulative
+        fam.add_sample(h.metric.name + "_count", labels, count)
+        fam.add_sample(h.metric.name + "_sum", labels, h.sum_value)
+    by_order = defaultdict(int, {m.name: i for i, m in enumerate(c.CATALOGUE)})
+    return sorted(families.values(), key=lambda f: by_order[_catalogue_name(f)])
+
+
+def _catalogue_name(fam: PromMetric) -> str:
+    return fam.name + "_total" if fam.type == "counter" else fam.name
+
+
+def _fmt_bound(bound: float) -> str:
+    return repr(float(bound))
+
+
+def make_registry(exporter: GpuExporterCollector) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(exporter)
+    return registry

@@ -1,0 +1,56 @@
+"""Resource labels on every series: host_name, service_name, OTEL_RESOURCE_ATTRIBUTES."""
+
+from __future__ import annotations
+
+import re
+import socket
+from collections.abc import Mapping
+from urllib.parse import unquote
+
+from gpu_exporter import catalogue
+from gpu_exporter.settings import ConfigError
+
+_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
+
+
+def _reserved() -> set[str]:
+    names = {"le", "quantile", "collector", "feature", "state"}
+    names.update(catalogue.DEVICE_LABELS, catalogue.MIG_LABELS, catalogue.PROCESS_LABELS)
+    for metric in catalogue.CATALOGUE:
+        names.update(metric.labels)
+    return names
+
+
+def resource_labels(env: Mapping[str, str], hostname: str | None = None) -> dict[str, str]:
+    """Labels from OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES (W3C baggage-like
+    `key=value,key=value`, values percent-decoded). Raises ConfigError on a bad entry."""
+    labels = {"host_name": hostname or socket.gethostname()}
+    raw = env.get("OTEL_RESOURCE_ATTRIBUTES", "").strip()
+    reserved = _reserved()
+    if raw:
+        for item in raw.split(","):
+            item = item.strip()
+            if not item:
+                continue
+            key, sep, value = item.partition("=")
+            key = key.strip()
+            if not sep:
+                raise ConfigError(
+                    f"invalid OTEL_RESOURCE_ATTRIBUTES entry {item!r}: expected key=value"
+                )
+            if not _KEY.match(key):
+                raise ConfigError(
+                    f"invalid OTEL_RESOURCE_ATTRIBUTES key {key!r}: use letters, digits, "
+                    "'_' and '.', not starting with a digit"
+                )
+            label = catalogue.prom_label(key)
+            if label.startswith("__") or label in reserved:
+                raise ConfigError(
+                    f"invalid OTEL_RESOURCE_ATTRIBUTES key {key!r}: {label!r} is a label "
+                    "the exporter sets itself"
+                )
+            labels[label] = unquote(value.strip())
+    service = env.get("OTEL_SERVICE_NAME", "").strip()
+    if service:
+        labels["service_name"] = service
+    return labels

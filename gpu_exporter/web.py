@@ -1,0 +1,149 @@
+"""HTTP server: /metrics (text or OpenMetrics, gzip on request), /, /healthz."""
+
+from __future__ import annotations
+
+import gzip
+import html
+import logging
+import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, ClassVar
+
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import CollectorRegistry
+
+from gpu_exporter import __version__
+from gpu_exporter.settings import ConfigError
+
+log = logging.getLogger("gpu_exporter.web")
+
+# A client that sends nothing for this long is dropped, so slow clients hold a thread
+# for a bounded time only.
+REQUEST_TIMEOUT_SECONDS = 10.0
+MAX_HEADER_BYTES = 16 * 1024
+
+
+class ListenError(Exception):
+    """The address cannot be bound (in use, no permission): start-up fault, exit 3."""
+
+
+def parse_listen_address(value: str) -> tuple[str, int]:
+    """`:9445`, `0.0.0.0:9445`, `[::1]:9445`, `localhost:9445`."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(
+            f"invalid --web.listen-address {value!r}: expected [host]:port, e.g. :9445"
+        )
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host, int(port)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
+        host = address[0]
+        self.address_family = socket.AF_INET6 if ":" in host or host == "" else socket.AF_INET
+        if host == "":
+            address = ("::", address[1])
+        super().__init__(address, handler)
+
+    def server_bind(self) -> None:
+        if self.address_family == socket.AF_INET6:
+            # Dual stack: ":9445" answers on IPv4 and IPv6 like the Go exporters.
+            self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        super().server_bind()
+
+
+class Handler(BaseHTTPRequestHandler):
+    registry: ClassVar[CollectorRegistry]
+    telemetry_path: ClassVar[str] = "/metrics"
+    server_version = f"gpu-exporter/{__version__}"
+    protocol_version = "HTTP/1.1"
+    timeout = REQUEST_TIMEOUT_SECONDS
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s " + format, self.address_string(), *args)
+
+    def parse_request(self) -> bool:
+        ok = super().parse_request()
+        if ok and sum(len(k) + len(v) for k, v in self.headers.items()) > MAX_HEADER_BYTES:
+            self.send_error(431, "Request Header Fields Too Large")
+            return False
+        return ok
+
+    def _send(self, status: int, body: bytes, content_type: str, head: bool = False,
+              extra: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in (extra or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        if not head:
+            self.wfile.write(body)
+
+    def _route(self, head: bool) -> None:
+        path = self.path.split("?", 1)[0]
+        if path == self.telemetry_path:
+            encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
+            body = encoder(self.registry)
+            extra = {}
+            if "gzip" in self.headers.get("Accept-Encoding", ""):
+                body = gzip.compress(body, compresslevel=6)
+                extra["Content-Encoding"] = "gzip"
+            self._send(200, body, content_type, head, extra)
+        elif path == "/":
+            self._send(200, landing_page(self.telemetry_path).encode(),
+                       "text/html; charset=utf-8", head)
+        elif path == "/healthz":
+            self._send(200, b"ok\n", "text/plain; charset=utf-8", head)
+        else:
+            self._send(404, b"404 page not found\n", "text/plain; charset=utf-8", head)
+
+    def do_GET(self) -> None:
+        self._route(head=False)
+
+    def do_HEAD(self) -> None:
+        self._route(head=True)
+
+    def _not_allowed(self) -> None:
+        self._send(405, b"405 method not allowed\n", "text/plain; charset=utf-8",
+                   extra={"Allow": "GET, HEAD"})
+
+    do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _not_allowed
+
+
+def landing_page(telemetry_path: str) -> str:
+    path = html.escape(telemetry_path)
+    return (
+        "<!DOCTYPE html><html><head><title>gpu-exporter</title></head><body>"
+        f"<h1>gpu-exporter {html.escape(__version__)}</h1>"
+        "<p>Prometheus exporter for GPU fleets.</p><ul>"
+        f'<li><a href="{path}">{path}</a></li>'
+        '<li><a href="/healthz">/healthz</a></li>'
+        "</ul></body></html>\n"
+    )
+
+
+def make_server(
+    listen_address: str, registry: CollectorRegistry, telemetry_path: str = "/metrics"
+) -> ThreadingHTTPServer:
+    host, port = parse_listen_address(listen_address)
+    handler = type("BoundHandler", (Handler,), {
+        "registry": registry, "telemetry_path": telemetry_path,
+    })
+    try:
+        return _Server((host, port), handler)
+    except OSError as exc:
+        raise ListenError(f"cannot listen on {listen_address}: {exc.strerror or exc}") from exc
+
+
+def serve_in_thread(server: ThreadingHTTPServer) -> threading.Thread:
+    t = threading.Thread(target=server.serve_forever, name="http", daemon=True)
+    t.start()
+    return t

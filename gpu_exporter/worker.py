@@ -1,0 +1,76 @@
+"""A single reusable thread that runs one job at a time with a deadline.
+
+A call that hangs (a stuck NVML call, a blocking sysfs file) keeps its worker busy; the
+caller gets a timeout instead of a result and new jobs are refused until the stuck one
+returns, so repeated scrapes never pile up threads.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class Busy(Exception):
+    """The worker is still running an earlier job."""
+
+
+class Timeout(Exception):
+    """The job did not finish before the deadline (it goes on in the background)."""
+
+
+class _Job(Generic[T]):
+    def __init__(self, fn: Callable[[], T]) -> None:
+        self.fn = fn
+        self.done = threading.Event()
+        self.result: T | None = None
+        self.error: BaseException | None = None
+
+
+class Worker:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._jobs: queue.SimpleQueue[_Job[object] | None] = queue.SimpleQueue()
+        self._current: _Job[object] | None = None
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name=f"worker-{name}", daemon=True)
+        self._thread.start()
+
+    @property
+    def busy(self) -> bool:
+        with self._lock:
+            return self._current is not None and not self._current.done.is_set()
+
+    def run(self, fn: Callable[[], T], timeout: float) -> T:
+        """Run fn on the worker thread; raise Busy, Timeout, or what fn raised."""
+        job: _Job[object]
+        with self._lock:
+            if self._current is not None and not self._current.done.is_set():
+                raise Busy(self.name)
+            job = _Job(fn)
+            self._current = job
+        self._jobs.put(job)
+        if not job.done.wait(max(0.0, timeout)):
+            raise Timeout(self.name)
+        if job.error is not None:
+            raise job.error
+        return job.result  # type: ignore[return-value]
+
+    def stop(self) -> None:
+        self._jobs.put(None)
+
+    def _run(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            try:
+                job.result = job.fn()
+            except BaseException as exc:  # handed to the caller
+                job.error = exc
+            finally:
+                job.done.set()

@@ -1,0 +1,143 @@
+"""Shared test helpers: run the real exporter, scrape it, lint with promtool."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+EXPORTER = str(BIN / "gpu-exporter")
+
+
+def require_tool(name: str) -> str:
+    """Path of a tool CI installs; a missing tool is a failure, never a skip."""
+    path = shutil.which(name)
+    assert path, f"{name} is not installed: run `make test` (scripts/install-system-deps.sh)"
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def run_cli(
+    args: Sequence[str], env: Mapping[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run(
+        [EXPORTER, *args], env=full_env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+@dataclass(frozen=True)
+class Series:
+    name: str
+    labels: dict[str, str]
+    value: float
+
+
+def parse(text: str) -> list[Series]:
+    out = []
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out.append(Series(s.name, dict(s.labels), s.value))
+    return out
+
+
+def find(series: Sequence[Series], name: str, **labels: str) -> list[Series]:
+    return [
+        s for s in series
+        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+    ]
+
+
+def value(series: Sequence[Series], name: str, **labels: str) -> float:
+    hits = find(series, name, **labels)
+    assert len(hits) == 1, f"expected one {name}{labels}, got {hits}"
+    return hits[0].value
+
+
+def promtool_check_metrics(text: str) -> None:
+    promtool = require_tool("promtool")
+    res = subprocess.run(
+        [promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60
+    )
+    assert res.returncode == 0, f"promtool check metrics failed:\n{res.stdout}{res.stderr}"
+
+
+class Exporter:
+    def __init__(self, proc: subprocess.Popen[bytes], port: int, log: Path) -> None:
+        self.proc = proc
+        self.port = port
+        self.log = log
+        self.url = f"http://127.0.0.1:{port}"
+
+    def get(self, path: str = "/metrics", timeout: float = 30,
+            headers: Mapping[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+        req = urllib.request.Request(self.url + path, headers=dict(headers or {}))
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                return r.status, dict(r.headers), r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, dict(e.headers), e.read()
+
+    def scrape(self, timeout: float = 30) -> str:
+        status, _, body = self.get("/metrics", timeout)
+        assert status == 200, f"scrape answered {status}: {body[:500]!r}"
+        return body.decode()
+
+    def logs(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+@contextmanager
+def exporter(
+    args: Sequence[str] = (), env: Mapping[str, str] | None = None, start_timeout: float = 30,
+) -> Iterator[Exporter]:
+    """Start the real exporter as a process on a free loopback port."""
+    port = free_port()
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "exporter.log"
+        with open(log, "wb") as logf:
+            proc = subprocess.Popen(
+                [EXPORTER, f"--web.listen-address=127.0.0.1:{port}", *args],
+                env={**os.environ, **(env or {})}, stdout=logf, stderr=subprocess.STDOUT,
+            )
+        exp = Exporter(proc, port, log)
+        try:
+            deadline = time.monotonic() + start_timeout
+            while True:
+                if proc.poll() is not None:
+                    raise AssertionError(f"exporter exited {proc.returncode}:\n{exp.logs()}")
+                try:
+                    if exp.get("/healthz", timeout=2)[0] == 200:
+                        break
+                except OSError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"exporter did not start:\n{exp.logs()}")
+                time.sleep(0.05)
+            yield exp
+        finally:
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
