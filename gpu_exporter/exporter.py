@@ -192,6 +192,11 @@ class GpuExporterCollector(PromCollector):
             for hw_id, extra in sink.device_labels.items():
                 if hw_id in dev_labels:
                     dev_labels[hw_id].update(extra)
+        # Samples may name their device by PCI address too (DRM fdinfo knows no hw_id).
+        for g in gpus:
+            pci = g.identity.pci_address
+            if pci and g.identity.parent_hw_id is None and pci not in dev_labels:
+                dev_labels[pci] = dev_labels[g.identity.hw_id]
         samples: list[Sample] = [s for g in gpus for s in device_families.samples(g)]
         histograms: list[HistogramSample] = []
         for sink in sinks.values():

@@ -50,7 +50,7 @@ class Sample:
     metric: Metric
     labels: Mapping[str, str]
     value: float
-    device: str | None = None  # hw_id whose device labels are joined in
+    device: str | None = None  # hw_id (or PCI address) whose device labels are joined in
 
 
 @dataclass
