@@ -1,0 +1,92 @@
+"""The CLI as users run it: real process, real flags and environment variables."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from gpu_exporter import __version__
+from tests.helpers import exporter, find, parse, promtool_check_metrics, run_cli, value
+
+# No GPU here and none faked: the tests below are about the CLI, not the readers.
+NO_DEVICES = {"LD_LIBRARY_PATH": "/nonexistent", "GPU_EXPORTER_PATH_SYSFS": "/nonexistent"}
+
+
+def test_version_and_help() -> None:
+    res = run_cli(["--version"])
+    assert res.returncode == 0 and __version__ in res.stdout
+    res = run_cli(["--help"])
+    assert res.returncode == 0
+    for flag in ("--web.listen-address", "--web.telemetry-path", "--path.sysfs",
+                 "--path.procfs", "--scrape.timeout", "--log.level", "--log.format"):
+        assert flag in res.stdout, flag
+    assert "GPU_EXPORTER_SCRAPE_TIMEOUT" in res.stdout
+    for cmd in ("serve", "dump", "doctor"):
+        assert cmd in res.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "message"),
+    [
+        (["--scrape.timeout=0", "dump"], {}, "--scrape.timeout"),
+        (["--scrape.timeout=abc", "dump"], {}, "not a duration"),
+        (["dump"], {"GPU_EXPORTER_SCRAPE_TIMEOUT": "-3"}, "GPU_EXPORTER_SCRAPE_TIMEOUT"),
+        (["--log.level=loud", "dump"], {}, "--log.level"),
+        (["--log.format=xml", "dump"], {}, "--log.format"),
+        (["--no-such-flag"], {}, "No such option"),
+        (["dump"], {"OTEL_RESOURCE_ATTRIBUTES": "team"}, "OTEL_RESOURCE_ATTRIBUTES"),
+        (["--web.listen-address=nonsense"], {}, "--web.listen-address"),
+        (["--web.listen-address=:99999"], {}, "--web.listen-address"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args: list[str], env: dict[str, str],
+                                          message: str) -> None:
+    res = run_cli(args, {**NO_DEVICES, **env})
+    assert res.returncode == 2, (res.returncode, res.stderr)
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, res.stderr
+    assert lines[0].startswith("gpu-exporter: ") and message in lines[0], lines[0]
+
+
+def test_port_in_use_is_exit_3() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        res = run_cli([f"--web.listen-address=127.0.0.1:{port}"], NO_DEVICES)
+    assert res.returncode == 3, res.stderr
+    assert f"cannot listen on 127.0.0.1:{port}" in res.stderr
+
+
+def test_dump_prints_self_metrics_and_resource_labels() -> None:
+    res = run_cli(["dump"], {**NO_DEVICES, "OTEL_SERVICE_NAME": "svc",
+                             "OTEL_RESOURCE_ATTRIBUTES": "team=ml-platform"})
+    assert res.returncode == 0, res.stderr
+    series = parse(res.stdout)
+    build = find(series, "gpu_exporter_build_info")
+    assert len(build) == 1 and build[0].labels["version"] == __version__
+    for s in series:
+        assert s.labels["team"] == "ml-platform" and s.labels["service_name"] == "svc"
+        assert s.labels["host_name"] == socket.gethostname()
+    promtool_check_metrics(res.stdout)
+
+
+def test_env_var_sets_a_flag() -> None:
+    with exporter(env={**NO_DEVICES, "GPU_EXPORTER_WEB_TELEMETRY_PATH": "/m"}) as exp:
+        assert exp.get("/m")[0] == 200
+        assert exp.get("/metrics")[0] == 404
+
+
+def test_serve_reports_feature_status_for_every_collector() -> None:
+    with exporter(env=NO_DEVICES) as exp:
+        series = parse(exp.scrape())
+    states = find(series, "gpu_exporter_feature_status")
+    features = {s.labels["feature"] for s in states}
+    from gpu_exporter.collectors import REGISTRY
+
+    assert features == {cls.name for cls in REGISTRY}
+    for feature in features:
+        ones = [s for s in states if s.labels["feature"] == feature and s.value == 1]
+        assert len(ones) == 1, feature
+    assert value(series, "gpu_exporter_build_info") == 1

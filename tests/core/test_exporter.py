@@ -1,0 +1,196 @@
+"""The orchestrator: isolation of failures, deadlines, retries, label joins.
+
+The collectors here are test data sources for the orchestrator only; the real readers
+are tested against the fake NVML library and real sysfs captures in their own areas.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import ClassVar
+
+from prometheus_client.exposition import generate_latest
+
+from gpu_exporter import catalogue as c
+from gpu_exporter.collectors.base import Availability, Collector, Sink
+from gpu_exporter.exporter import GpuExporterCollector, make_registry
+from gpu_exporter.records import GpuIdentity, GpuReading
+from gpu_exporter.settings import Settings
+from tests.helpers import find, parse, promtool_check_metrics, value
+
+
+def _gpu(hw_id: str, vendor: str, key: tuple[int | str, ...], pci: str,
+         parent: str | None = None, **fields: object) -> GpuReading:
+    ident = GpuIdentity(hw_id=hw_id, name=f"{vendor} card", vendor=vendor,  # type: ignore[arg-type]
+                        pci_address=pci, order_key=key, parent_hw_id=parent,
+                        mig_profile="1g.10gb" if parent else None)
+    return GpuReading(identity=ident, up=True, **fields)  # type: ignore[arg-type]
+
+
+class Gpus(Collector):
+    name = "gpus"
+    help = "test devices"
+    readings: ClassVar[list[GpuReading]] = []
+
+    def start(self) -> Availability:
+        return Availability.enabled()
+
+    def collect(self, sink: Sink) -> None:
+        for r in self.readings:
+            sink.gpu(r)
+        sink.add(c.PROCESS_GPU_MEMORY_USAGE, {"process_pid": "42"}, 1024,
+                 device="0000:03:00.0")
+        sink.add(c.PROCESS_GPU_MEMORY_USAGE, {"process_pid": "43"}, None, device="AMD-1")
+        sink.add_histogram(c.GPU_MEMORY_COPIES, {"cuda_memcpy_kind": "HostToDevice"},
+                           [(1024.0, 2), (4096.0, 3), (float("inf"), 3)], 5000.0)
+
+
+class Broken(Collector):
+    name = "broken"
+    help = "raises"
+
+    def start(self) -> Availability:
+        return Availability.enabled()
+
+    def collect(self, sink: Sink) -> None:
+        raise RuntimeError("boom")
+
+
+class Hangs(Collector):
+    name = "hangs"
+    help = "never returns in time"
+    release = threading.Event()
+
+    def start(self) -> Availability:
+        return Availability.enabled()
+
+    def collect(self, sink: Sink) -> None:
+        self.release.wait(30)
+
+
+class Later(Collector):
+    name = "later"
+    help = "unavailable at first"
+    ready = False
+
+    def start(self) -> Availability:
+        return Availability.enabled() if Later.ready else Availability.unavailable("not yet")
+
+    def collect(self, sink: Sink) -> None:
+        sink.add(c.SYSTEM_MEMORY_UTILIZATION, {}, 0.5)
+
+
+def _exporter(*classes: type[Collector], timeout: float = 5.0) -> GpuExporterCollector:
+    settings = Settings(
+        scrape_timeout_seconds=timeout,
+        enabled_collectors=frozenset(cls.name for cls in classes),
+        resource_labels={"host_name": "h"},
+        retry_interval_seconds=0.01,
+    )
+    exp = GpuExporterCollector(settings, classes)
+    exp.start()
+    return exp
+
+
+def _scrape(exp: GpuExporterCollector) -> str:
+    return generate_latest(make_registry(exp)).decode()
+
+
+def test_index_order_labels_joins_and_absent_values() -> None:
+    Gpus.readings = [
+        _gpu("intel-b", "intel", ("0000:09:00.0",), "0000:09:00.0"),
+        _gpu("AMD-1", "amd", ("0000:03:00.0",), "0000:03:00.0", memory_usage_bytes=1,
+             memory_limit_bytes=4),
+        _gpu("GPU-b", "nvidia", (1,), "0000:3b:00.0"),
+        _gpu("GPU-a", "nvidia", (0,), "0000:1b:00.0", power_draw_watts=None),
+        _gpu("MIG-x", "nvidia", (0, 1), "0000:1b:00.0", parent="GPU-a"),
+    ]
+    exp = _exporter(Gpus)
+    text = _scrape(exp)
+    exp.close()
+    series = parse(text)
+    index = {s.labels["hw_id"]: s.labels["gpu_index"] for s in find(series, "hw_gpu_up")}
+    assert index == {"GPU-a": "0", "GPU-b": "1", "AMD-1": "2", "intel-b": "3", "MIG-x": "0"}
+    mig = find(series, "hw_gpu_up", hw_id="MIG-x")[0]
+    assert mig.labels["hw_parent"] == "GPU-a" and mig.labels["gpu_mig_profile"] == "1g.10gb"
+    assert value(series, "hw_gpu_memory_utilization_ratio", hw_id="AMD-1") == 0.25
+    assert not find(series, "hw_gpu_power_draw_watts")
+    proc = find(series, "process_gpu_memory_usage_bytes")
+    assert len(proc) == 1 and proc[0].labels["hw_id"] == "AMD-1"
+    assert proc[0].labels["gpu_index"] == "2" and proc[0].labels["host_name"] == "h"
+    assert value(series, "gpu_memory_copies_bytes_bucket", le="4096.0") == 3
+    assert value(series, "gpu_memory_copies_bytes_count") == 3
+    assert value(series, "gpu_memory_copies_bytes_sum") == 5000
+    promtool_check_metrics(text)
+
+
+def test_one_failing_collector_does_not_fail_the_others() -> None:
+    Gpus.readings = [_gpu("GPU-a", "nvidia", (0,), "0000:1b:00.0")]
+    exp = _exporter(Gpus, Broken)
+    series = parse(_scrape(exp))
+    exp.close()
+    assert value(series, "gpu_exporter_collector_success", collector="broken") == 0
+    assert value(series, "gpu_exporter_collector_success", collector="gpus") == 1
+    assert value(series, "hw_gpu_up", hw_id="GPU-a") == 1
+
+
+def test_hung_collector_answers_within_timeout_without_piling_threads() -> None:
+    Gpus.readings = [_gpu("GPU-a", "nvidia", (0,), "0000:1b:00.0")]
+    Hangs.release.clear()
+    exp = _exporter(Gpus, Hangs, timeout=1.0)
+    try:
+        counts = []
+        for _ in range(6):
+            started = time.monotonic()
+            series = parse(_scrape(exp))
+            assert time.monotonic() - started < 1.5
+            assert value(series, "gpu_exporter_collector_success", collector="hangs") == 0
+            assert value(series, "hw_gpu_up", hw_id="GPU-a") == 1
+            counts.append(threading.active_count())
+        assert max(counts) - min(counts) <= 2, counts
+    finally:
+        Hangs.release.set()
+        exp.close()
+
+
+def test_unavailable_collector_becomes_available_without_restart() -> None:
+    Later.ready = False
+    exp = _exporter(Later)
+    series = parse(_scrape(exp))
+    assert value(series, "gpu_exporter_feature_status", feature="later", state="unavailable") == 1
+    assert not find(series, "system_memory_utilization_ratio")
+    Later.ready = True
+    time.sleep(0.05)
+    exp._last = None  # a new scrape, not the shared result of the previous one
+    series = parse(_scrape(exp))
+    exp.close()
+    assert value(series, "gpu_exporter_feature_status", feature="later", state="enabled") == 1
+    assert value(series, "system_memory_utilization_ratio") == 0.5
+
+
+def test_concurrent_scrapes_share_one_collection() -> None:
+    calls = []
+
+    class Slow(Collector):
+        name = "slow"
+        help = "slow"
+
+        def start(self) -> Availability:
+            return Availability.enabled()
+
+        def collect(self, sink: Sink) -> None:
+            calls.append(1)
+            time.sleep(0.3)
+            sink.add(c.SYSTEM_MEMORY_UTILIZATION, {}, 0.5)
+
+    exp = _exporter(Slow)
+    results: list[str] = []
+    threads = [threading.Thread(target=lambda: results.append(_scrape(exp))) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    exp.close()
+    assert len(results) == 8 and all("system_memory_utilization_ratio" in r for r in results)
+    assert len(calls) < 8, calls
