@@ -23,19 +23,29 @@ class Timeout(Exception):
     """The job did not finish before the deadline (it goes on in the background)."""
 
 
-class _Job(Generic[T]):
+class Job(Generic[T]):
     def __init__(self, fn: Callable[[], T]) -> None:
         self.fn = fn
         self.done = threading.Event()
         self.result: T | None = None
         self.error: BaseException | None = None
 
+    def wait(self, timeout: float) -> bool:
+        """True when the job finished within `timeout` seconds."""
+        return self.done.wait(max(0.0, timeout))
+
+    def outcome(self) -> T:
+        """The finished job's result, or what it raised."""
+        if self.error is not None:
+            raise self.error
+        return self.result  # type: ignore[return-value]
+
 
 class Worker:
     def __init__(self, name: str) -> None:
         self.name = name
-        self._jobs: queue.SimpleQueue[_Job[object] | None] = queue.SimpleQueue()
-        self._current: _Job[object] | None = None
+        self._jobs: queue.SimpleQueue[Job[object] | None] = queue.SimpleQueue()
+        self._current: Job[object] | None = None
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name=f"worker-{name}", daemon=True)
         self._thread.start()
@@ -47,18 +57,21 @@ class Worker:
 
     def run(self, fn: Callable[[], T], timeout: float) -> T:
         """Run fn on the worker thread; raise Busy, Timeout, or what fn raised."""
-        job: _Job[object]
+        job = self.submit(fn)
+        if not job.wait(timeout):
+            raise Timeout(self.name)
+        return job.outcome()
+
+    def submit(self, fn: Callable[[], T]) -> Job[T]:
+        """Start fn on the worker thread and return at once (raise Busy while an earlier
+        job runs), so that several workers can run side by side under one deadline."""
         with self._lock:
             if self._current is not None and not self._current.done.is_set():
                 raise Busy(self.name)
-            job = _Job(fn)
-            self._current = job
-        self._jobs.put(job)
-        if not job.done.wait(max(0.0, timeout)):
-            raise Timeout(self.name)
-        if job.error is not None:
-            raise job.error
-        return job.result  # type: ignore[return-value]
+            job: Job[T] = Job(fn)
+            self._current = job  # type: ignore[assignment]
+        self._jobs.put(job)  # type: ignore[arg-type]
+        return job
 
     def stop(self) -> None:
         self._jobs.put(None)

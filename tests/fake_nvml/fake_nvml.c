@@ -1,0 +1,831 @@
+/*
+ * A fake NVML (libnvidia-ml.so.1) for tests: the real nvidia-ml-py bindings load it by
+ * soname and call it through their real ctypes structs, so the exporter's NVML path
+ * runs end to end without a GPU.
+ *
+ * Its GPUs come from a scenario file named by $FAKE_NVML_SCENARIO (format in README.md).
+ * The file is re-read whenever its mtime or size changes, so a test can lose a GPU,
+ * hang a call or load the driver while the exporter runs. A loaded scenario is never
+ * freed: a call on another thread (possibly one hanging for seconds) may still hold it.
+ *
+ * Signatures and struct layouts follow nvml.h; nothing here is exported that the real
+ * library does not have. Build variants hide symbols with a linker version script
+ * ("a function not exported" = an older driver).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef int nvmlReturn_t;
+enum {
+    NVML_SUCCESS = 0, NVML_ERROR_UNINITIALIZED = 1, NVML_ERROR_INVALID_ARGUMENT = 2,
+    NVML_ERROR_NOT_SUPPORTED = 3, NVML_ERROR_NO_PERMISSION = 4, NVML_ERROR_NOT_FOUND = 6,
+    NVML_ERROR_INSUFFICIENT_SIZE = 7, NVML_ERROR_DRIVER_NOT_LOADED = 9,
+    NVML_ERROR_TIMEOUT = 10, NVML_ERROR_GPU_IS_LOST = 15, NVML_ERROR_UNKNOWN = 999,
+};
+
+/* ---- structs from nvml.h ---------------------------------------------------------- */
+typedef struct { unsigned int magic, dev, mig; } fake_handle_t;
+typedef fake_handle_t *nvmlDevice_t;
+
+typedef struct {
+    char busIdLegacy[16];
+    unsigned int domain, bus, device, pciDeviceId, pciSubSystemId;
+    char busId[32];
+} nvmlPciInfo_t;
+
+typedef struct { unsigned int gpu, memory; } nvmlUtilization_t;
+typedef struct { unsigned long long total, free, used; } nvmlMemory_t;
+typedef struct {
+    unsigned int version;
+    unsigned long long total, reserved, free, used;
+} nvmlMemory_v2_t;
+typedef struct { unsigned int version; int sensorType; int temperature; } nvmlTemperature_v1_t;
+
+typedef union {
+    double dVal; unsigned int uiVal; unsigned long ulVal; unsigned long long ullVal;
+    signed long long sllVal; signed int siVal; unsigned short usVal;
+} nvmlValue_t;
+typedef struct {
+    unsigned int fieldId, scopeId;
+    long long timestamp, latencyUsec;
+    int valueType;
+    nvmlReturn_t nvmlReturn;
+    nvmlValue_t value;
+} nvmlFieldValue_t;
+
+typedef struct {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId, computeInstanceId;
+} nvmlProcessInfo_t;  /* v2 and v3 share this layout */
+
+typedef struct {
+    unsigned int pid;
+    unsigned long long timeStamp;
+    unsigned int smUtil, memUtil, encUtil, decUtil;
+} nvmlProcessUtilizationSample_t;
+
+typedef struct {
+    nvmlDevice_t device;
+    unsigned long long eventType, eventData;
+    unsigned int gpuInstanceId, computeInstanceId;
+} nvmlEventData_t;
+
+#define EVENT_XID 0x8ULL
+#define VALUE_UINT 1
+#define VALUE_ULL 3
+
+/* ---- the scenario ------------------------------------------------------------------ */
+#define MAX_DEV 64
+#define MAX_MIG 8
+#define MAX_KV 256
+
+typedef struct { char key[48]; char val[208]; } kv_t;
+typedef struct { int n; kv_t kv[MAX_KV]; } section_t;
+
+typedef struct {
+    section_t global;
+    int ndev;
+    section_t dev[MAX_DEV];
+    int has_mig[MAX_DEV][MAX_MIG];
+    section_t mig[MAX_DEV][MAX_MIG];
+} scenario_t;
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static scenario_t *current;
+static struct timespec loaded_mtime;
+static off_t loaded_size = -1;
+static ino_t loaded_ino;
+static int initialised;
+static fake_handle_t handles[MAX_DEV];
+static fake_handle_t mig_handles[MAX_DEV][MAX_MIG];
+/* XID events already delivered per device: each scenario entry is delivered once. */
+static int xid_delivered[MAX_DEV];
+
+static void put(section_t *s, const char *key, const char *val) {
+    if (s->n >= MAX_KV) return;
+    snprintf(s->kv[s->n].key, sizeof s->kv[0].key, "%s", key);
+    snprintf(s->kv[s->n].val, sizeof s->kv[0].val, "%s", val);
+    s->n++;
+}
+
+static scenario_t *parse(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) return NULL;
+    scenario_t *sc = calloc(1, sizeof *sc);
+    section_t *sec = &sc->global;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        char *p = line;
+        while (*p == ' ' || *p == '\t') p++;
+        char *end = p + strlen(p);
+        while (end > p && (end[-1] == '\n' || end[-1] == '\r' || end[-1] == ' ')) *--end = 0;
+        if (!*p || *p == '#') continue;
+        char *val = p;
+        while (*val && *val != ' ' && *val != '\t') val++;
+        if (*val) { *val++ = 0; while (*val == ' ' || *val == '\t') val++; }
+        if (!strcmp(p, "device")) {
+            int i = atoi(val);
+            if (i < 0 || i >= MAX_DEV) { sec = &sc->global; continue; }
+            if (i + 1 > sc->ndev) sc->ndev = i + 1;
+            sec = &sc->dev[i];
+        } else if (!strcmp(p, "mig")) {
+            int d = -1, m = -1;
+            sscanf(val, "%d %d", &d, &m);
+            if (d < 0 || d >= MAX_DEV || m < 0 || m >= MAX_MIG) { sec = &sc->global; continue; }
+            sc->has_mig[d][m] = 1;
+            sec = &sc->mig[d][m];
+        } else {
+            put(sec, p, val);
+        }
+    }
+    fclose(f);
+    return sc;
+}
+
+/* The current scenario, re-read when the file changed. NULL: no scenario file. */
+static scenario_t *scenario(void) {
+    const char *path = getenv("FAKE_NVML_SCENARIO");
+    struct stat st;
+    pthread_mutex_lock(&lock);
+    if (path && stat(path, &st) == 0) {
+        if (!current || st.st_size != loaded_size || st.st_ino != loaded_ino ||
+            st.st_mtim.tv_sec != loaded_mtime.tv_sec ||
+            st.st_mtim.tv_nsec != loaded_mtime.tv_nsec) {
+            scenario_t *sc = parse(path);
+            if (sc) {
+                current = sc;  /* the old one is kept alive on purpose (see top) */
+                loaded_size = st.st_size;
+                loaded_ino = st.st_ino;
+                loaded_mtime = st.st_mtim;
+            }
+        }
+    } else {
+        current = NULL;
+        loaded_size = -1;
+    }
+    scenario_t *sc = current;
+    pthread_mutex_unlock(&lock);
+    return sc;
+}
+
+static const char *get(const section_t *s, const char *key) {
+    for (int i = 0; i < s->n; i++)
+        if (!strcmp(s->kv[i].key, key)) return s->kv[i].val;
+    return NULL;
+}
+
+static int get_ull(const section_t *s, const char *key, unsigned long long *out) {
+    const char *v = get(s, key);
+    if (!v) return 0;
+    *out = strtoull(v, NULL, 0);
+    return 1;
+}
+
+static nvmlReturn_t code_of(const char *name) {
+    static const struct { const char *n; nvmlReturn_t c; } names[] = {
+        {"UNINITIALIZED", 1}, {"INVALID_ARGUMENT", 2}, {"NOT_SUPPORTED", 3},
+        {"NO_PERMISSION", 4}, {"NOT_FOUND", 6}, {"INSUFFICIENT_SIZE", 7},
+        {"INSUFFICIENT_POWER", 8}, {"DRIVER_NOT_LOADED", 9}, {"TIMEOUT", 10},
+        {"IRQ_ISSUE", 11}, {"LIBRARY_NOT_FOUND", 12}, {"CORRUPTED_INFOROM", 14},
+        {"GPU_IS_LOST", 15}, {"RESET_REQUIRED", 16}, {"UNKNOWN", 999},
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(names[i].n, name)) return names[i].c;
+    return atoi(name) ? atoi(name) : NVML_ERROR_UNKNOWN;
+}
+
+static void sleep_us(unsigned long long us) {
+    struct timespec ts = {(time_t)(us / 1000000ULL), (long)(us % 1000000ULL) * 1000L};
+    while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {}
+}
+
+/* Applies the global per-call delay and checks initialisation. */
+static nvmlReturn_t enter(scenario_t **out) {
+    scenario_t *sc = scenario();
+    unsigned long long delay;
+    if (sc && get_ull(&sc->global, "call_delay_us", &delay) && delay) sleep_us(delay);
+    if (!initialised) return NVML_ERROR_UNINITIALIZED;
+    if (!sc) return NVML_ERROR_DRIVER_NOT_LOADED;
+    const char *init_error = get(&sc->global, "init_error");
+    if (init_error) return code_of(init_error);  /* the driver went away under us */
+    *out = sc;
+    return NVML_SUCCESS;
+}
+
+/* Per-device injection: `lost 1`, `error <function|*> <CODE>`, `hang <function|*> <s>`. */
+static nvmlReturn_t inject(const section_t *s, const char *fn) {
+    const char *lost = get(s, "lost");
+    if (lost && atoi(lost)) return NVML_ERROR_GPU_IS_LOST;
+    for (int i = 0; i < s->n; i++) {
+        const kv_t *kv = &s->kv[i];
+        char name[128], arg[64];
+        if (strcmp(kv->key, "hang") && strcmp(kv->key, "error")) continue;
+        if (sscanf(kv->val, "%127s %63s", name, arg) != 2) continue;
+        if (strcmp(name, fn) && strcmp(name, "*")) continue;
+        if (!strcmp(kv->key, "hang")) sleep_us((unsigned long long)(atof(arg) * 1e6));
+        else return code_of(arg);
+    }
+    return NVML_SUCCESS;
+}
+
+/* Resolves a handle to its scenario section after injection for function `fn`. */
+static nvmlReturn_t device(nvmlDevice_t h, const char *fn, const section_t **out) {
+    scenario_t *sc;
+    nvmlReturn_t r = enter(&sc);
+    if (r) return r;
+    if (!h || h->magic != 0x4e564d4c) return NVML_ERROR_INVALID_ARGUMENT;
+    if ((int)h->dev >= sc->ndev) return NVML_ERROR_GPU_IS_LOST;  /* the handle is gone */
+    const section_t *parent = &sc->dev[h->dev];
+    if ((r = inject(parent, fn))) return r;
+    if (h->mig) {
+        if (!sc->has_mig[h->dev][h->mig - 1]) return NVML_ERROR_INVALID_ARGUMENT;
+        *out = &sc->mig[h->dev][h->mig - 1];
+        if ((r = inject(*out, fn))) return r;
+    } else {
+        *out = parent;
+    }
+    return NVML_SUCCESS;
+}
+
+#define DEVICE(fn) \
+    const section_t *s; nvmlReturn_t r_ = device(dev, fn, &s); if (r_) return r_;
+
+static nvmlReturn_t copy_str(const char *v, char *buf, unsigned int len) {
+    if (!v) return NVML_ERROR_NOT_SUPPORTED;
+    if (!buf) return NVML_ERROR_INVALID_ARGUMENT;
+    if (strlen(v) + 1 > len) return NVML_ERROR_INSUFFICIENT_SIZE;
+    memcpy(buf, v, strlen(v) + 1);
+    return NVML_SUCCESS;
+}
+
+static nvmlReturn_t uint_of(const section_t *s, const char *key, unsigned int *out) {
+    unsigned long long v;
+    if (!out) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!get_ull(s, key, &v)) return NVML_ERROR_NOT_SUPPORTED;
+    *out = (unsigned int)v;
+    return NVML_SUCCESS;
+}
+
+static nvmlReturn_t ull_of(const section_t *s, const char *key, unsigned long long *out) {
+    if (!out) return NVML_ERROR_INVALID_ARGUMENT;
+    return get_ull(s, key, out) ? NVML_SUCCESS : NVML_ERROR_NOT_SUPPORTED;
+}
+
+/* ---- init ------------------------------------------------------------------------- */
+static nvmlReturn_t do_init(void) {
+    scenario_t *sc = scenario();
+    if (!sc) return NVML_ERROR_DRIVER_NOT_LOADED;
+    unsigned long long delay;
+    if (get_ull(&sc->global, "call_delay_us", &delay) && delay) sleep_us(delay);
+    const char *err = get(&sc->global, "init_error");
+    if (err) return code_of(err);
+    for (int i = 0; i < MAX_DEV; i++) {
+        handles[i] = (fake_handle_t){0x4e564d4c, (unsigned)i, 0};
+        for (int m = 0; m < MAX_MIG; m++)
+            mig_handles[i][m] = (fake_handle_t){0x4e564d4c, (unsigned)i, (unsigned)m + 1};
+    }
+    __atomic_add_fetch(&initialised, 1, __ATOMIC_SEQ_CST);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlInit_v2(void) { return do_init(); }
+nvmlReturn_t nvmlInit(void) { return do_init(); }
+nvmlReturn_t nvmlInitWithFlags(unsigned int flags) { (void)flags; return do_init(); }
+
+nvmlReturn_t nvmlShutdown(void) {
+    if (!initialised) return NVML_ERROR_UNINITIALIZED;
+    __atomic_sub_fetch(&initialised, 1, __ATOMIC_SEQ_CST);
+    return NVML_SUCCESS;
+}
+
+const char *nvmlErrorString(nvmlReturn_t r) {
+    switch (r) {
+    case NVML_SUCCESS: return "Success";
+    case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
+    case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
+    case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
+    case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
+    default: return "Unknown Error";
+    }
+}
+
+/* ---- system ----------------------------------------------------------------------- */
+nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length) {
+    scenario_t *sc;
+    nvmlReturn_t r = enter(&sc);
+    return r ? r : copy_str(get(&sc->global, "driver_version"), version, length);
+}
+
+nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length) {
+    scenario_t *sc;
+    nvmlReturn_t r = enter(&sc);
+    return r ? r : copy_str(get(&sc->global, "nvml_version"), version, length);
+}
+
+nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *v) {
+    scenario_t *sc;
+    unsigned long long x;
+    nvmlReturn_t r = enter(&sc);
+    if (r) return r;
+    if (!get_ull(&sc->global, "cuda_driver_version", &x)) return NVML_ERROR_NOT_SUPPORTED;
+    *v = (int)x;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count) {
+    scenario_t *sc;
+    nvmlReturn_t r = enter(&sc);
+    if (r) return r;
+    if (!count) return NVML_ERROR_INVALID_ARGUMENT;
+    *count = (unsigned int)sc->ndev;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *dev) {
+    scenario_t *sc;
+    nvmlReturn_t r = enter(&sc);
+    if (r) return r;
+    if (!dev || (int)index >= sc->ndev) return NVML_ERROR_INVALID_ARGUMENT;
+    if ((r = inject(&sc->dev[index], "nvmlDeviceGetHandleByIndex_v2"))) return r;
+    *dev = &handles[index];
+    return NVML_SUCCESS;
+}
+
+/* ---- identity --------------------------------------------------------------------- */
+nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t dev, unsigned int *index) {
+    DEVICE("nvmlDeviceGetIndex");
+    (void)s;
+    if (!index) return NVML_ERROR_INVALID_ARGUMENT;
+    *index = dev->dev;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t dev, char *name, unsigned int length) {
+    DEVICE("nvmlDeviceGetName");
+    return copy_str(get(s, "name"), name, length);
+}
+
+nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t dev, char *uuid, unsigned int length) {
+    DEVICE("nvmlDeviceGetUUID");
+    return copy_str(get(s, "uuid"), uuid, length);
+}
+
+nvmlReturn_t nvmlDeviceGetSerial(nvmlDevice_t dev, char *serial, unsigned int length) {
+    DEVICE("nvmlDeviceGetSerial");
+    return copy_str(get(s, "serial"), serial, length);
+}
+
+nvmlReturn_t nvmlDeviceGetVbiosVersion(nvmlDevice_t dev, char *v, unsigned int length) {
+    DEVICE("nvmlDeviceGetVbiosVersion");
+    return copy_str(get(s, "vbios"), v, length);
+}
+
+nvmlReturn_t nvmlDeviceGetBoardPartNumber(nvmlDevice_t dev, char *v, unsigned int length) {
+    DEVICE("nvmlDeviceGetBoardPartNumber");
+    return copy_str(get(s, "board_part_number"), v, length);
+}
+
+nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t dev, nvmlPciInfo_t *pci) {
+    DEVICE("nvmlDeviceGetPciInfo_v3");
+    const char *bus_id = get(s, "pci_bus_id");
+    if (!bus_id) return NVML_ERROR_NOT_SUPPORTED;
+    if (!pci) return NVML_ERROR_INVALID_ARGUMENT;
+    memset(pci, 0, sizeof *pci);
+    snprintf(pci->busId, sizeof pci->busId, "%s", bus_id);
+    /* the legacy field holds the short form, 0000:3B:00.0 */
+    const char *colon = strchr(bus_id, ':');
+    snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "%s",
+             colon && colon - bus_id > 4 ? colon - 4 : bus_id);
+    sscanf(bus_id, "%x:%x:%x", &pci->domain, &pci->bus, &pci->device);
+    unsigned long long id;
+    if (get_ull(s, "pci_device_id", &id)) pci->pciDeviceId = (unsigned int)id;
+    if (get_ull(s, "pci_subsystem_id", &id)) pci->pciSubSystemId = (unsigned int)id;
+    return NVML_SUCCESS;
+}
+
+/* ---- values ----------------------------------------------------------------------- */
+nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t dev, nvmlUtilization_t *u) {
+    DEVICE("nvmlDeviceGetUtilizationRates");
+    unsigned long long g, m;
+    if (!get_ull(s, "util_gpu", &g) || !get_ull(s, "util_memory", &m))
+        return NVML_ERROR_NOT_SUPPORTED;
+    if (!u) return NVML_ERROR_INVALID_ARGUMENT;
+    u->gpu = (unsigned int)g;
+    u->memory = (unsigned int)m;
+    return NVML_SUCCESS;
+}
+
+static nvmlReturn_t codec_util(const section_t *s, const char *key, unsigned int *util,
+                               unsigned int *period) {
+    nvmlReturn_t r = uint_of(s, key, util);
+    if (r) return r;
+    if (!period) return NVML_ERROR_INVALID_ARGUMENT;
+    *period = 167000;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetEncoderUtilization(nvmlDevice_t dev, unsigned int *u,
+                                             unsigned int *period) {
+    DEVICE("nvmlDeviceGetEncoderUtilization");
+    return codec_util(s, "util_encoder", u, period);
+}
+
+nvmlReturn_t nvmlDeviceGetDecoderUtilization(nvmlDevice_t dev, unsigned int *u,
+                                             unsigned int *period) {
+    DEVICE("nvmlDeviceGetDecoderUtilization");
+    return codec_util(s, "util_decoder", u, period);
+}
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t dev, nvmlMemory_t *m) {
+    DEVICE("nvmlDeviceGetMemoryInfo");
+    unsigned long long total, used, reserved = 0;
+    if (!get_ull(s, "memory_total", &total) || !get_ull(s, "memory_used", &used))
+        return NVML_ERROR_NOT_SUPPORTED;
+    get_ull(s, "memory_reserved", &reserved);
+    if (!m) return NVML_ERROR_INVALID_ARGUMENT;
+    /* v1 counts the driver's reservation as used, as the real v1 does */
+    m->total = total;
+    m->used = used + reserved;
+    m->free = total - used - reserved;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t dev, nvmlMemory_v2_t *m) {
+    DEVICE("nvmlDeviceGetMemoryInfo_v2");
+    unsigned long long total, used, reserved = 0;
+    if (!get_ull(s, "memory_total", &total) || !get_ull(s, "memory_used", &used))
+        return NVML_ERROR_NOT_SUPPORTED;
+    get_ull(s, "memory_reserved", &reserved);
+    if (!m) return NVML_ERROR_INVALID_ARGUMENT;
+    if (m->version != 0x02000028) return 25; /* NVML_ERROR_ARGUMENT_VERSION_MISMATCH */
+    m->total = total;
+    m->reserved = reserved;
+    m->used = used;
+    m->free = total - used - reserved;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t dev, unsigned int *mw) {
+    DEVICE("nvmlDeviceGetPowerUsage");
+    return uint_of(s, "power_usage_mw", mw);
+}
+
+nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t dev, unsigned int *mw) {
+    DEVICE("nvmlDeviceGetEnforcedPowerLimit");
+    return uint_of(s, "power_limit_mw", mw);
+}
+
+nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t dev, unsigned long long *mj) {
+    DEVICE("nvmlDeviceGetTotalEnergyConsumption");
+    return ull_of(s, "energy_mj", mj);
+}
+
+static const char *sensor_key(int sensor) { return sensor == 0 ? "temp_gpu" : NULL; }
+
+nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t dev, int sensor, unsigned int *t) {
+    DEVICE("nvmlDeviceGetTemperature");
+    if (!sensor_key(sensor)) return NVML_ERROR_INVALID_ARGUMENT;
+    return uint_of(s, sensor_key(sensor), t);
+}
+
+nvmlReturn_t nvmlDeviceGetTemperatureV(nvmlDevice_t dev, nvmlTemperature_v1_t *t) {
+    DEVICE("nvmlDeviceGetTemperatureV");
+    unsigned int v;
+    if (!t) return NVML_ERROR_INVALID_ARGUMENT;
+    if (t->version != 0x100000C) return 25;
+    if (!sensor_key(t->sensorType)) return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t r = uint_of(s, sensor_key(t->sensorType), &v);
+    if (!r) t->temperature = (int)v;
+    return r;
+}
+
+nvmlReturn_t nvmlDeviceGetNumFans(nvmlDevice_t dev, unsigned int *n) {
+    DEVICE("nvmlDeviceGetNumFans");
+    if (!n) return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned int count = 0;
+    for (int i = 0; i < s->n; i++) count += !strcmp(s->kv[i].key, "fan");
+    if (!count) return NVML_ERROR_NOT_SUPPORTED;  /* passively cooled boards */
+    *n = count;
+    return NVML_SUCCESS;
+}
+
+/* `fan <percent>` lines, in fan order. */
+nvmlReturn_t nvmlDeviceGetFanSpeed_v2(nvmlDevice_t dev, unsigned int fan, unsigned int *pct) {
+    DEVICE("nvmlDeviceGetFanSpeed_v2");
+    unsigned int k = 0;
+    for (int i = 0; i < s->n; i++) {
+        if (strcmp(s->kv[i].key, "fan")) continue;
+        if (k++ == fan) {
+            if (!pct) return NVML_ERROR_INVALID_ARGUMENT;
+            *pct = (unsigned int)strtoul(s->kv[i].val, NULL, 0);
+            return NVML_SUCCESS;
+        }
+    }
+    return k ? NVML_ERROR_INVALID_ARGUMENT : NVML_ERROR_NOT_SUPPORTED;
+}
+
+nvmlReturn_t nvmlDeviceGetFanSpeed(nvmlDevice_t dev, unsigned int *pct) {
+    return nvmlDeviceGetFanSpeed_v2(dev, 0, pct);
+}
+
+nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t dev, int type, unsigned int *mhz) {
+    static const char *keys[] = {"clock_graphics_mhz", "clock_sm_mhz", "clock_memory_mhz",
+                                 "clock_video_mhz"};
+    DEVICE("nvmlDeviceGetClockInfo");
+    if (type < 0 || type > 3) return NVML_ERROR_INVALID_ARGUMENT;
+    return uint_of(s, keys[type], mhz);
+}
+
+nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t dev, int error_type, int counter_type,
+                                         unsigned long long *count) {
+    DEVICE("nvmlDeviceGetTotalEccErrors");
+    if (counter_type != 0) return NVML_ERROR_NOT_SUPPORTED;  /* volatile only */
+    return ull_of(s, error_type == 0 ? "ecc_corrected" : "ecc_uncorrected", count);
+}
+
+nvmlReturn_t nvmlDeviceGetPcieReplayCounter(nvmlDevice_t dev, unsigned int *v) {
+    DEVICE("nvmlDeviceGetPcieReplayCounter");
+    return uint_of(s, "pcie_replay", v);
+}
+
+static nvmlReturn_t clock_reasons(const section_t *s, unsigned long long *reasons) {
+    return ull_of(s, "clocks_event_reasons", reasons);
+}
+
+nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t dev,
+                                                    unsigned long long *reasons) {
+    DEVICE("nvmlDeviceGetCurrentClocksEventReasons");
+    return clock_reasons(s, reasons);
+}
+
+nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t dev,
+                                                       unsigned long long *reasons) {
+    DEVICE("nvmlDeviceGetCurrentClocksThrottleReasons");
+    return clock_reasons(s, reasons);
+}
+
+/* Field values: each id maps to a scenario key; a missing key answers NOT_SUPPORTED in
+ * that entry's nvmlReturn, like a driver without the counter. `field_error <id> <CODE>`
+ * injects an error into one entry. */
+static const struct { unsigned int id; const char *key; int type; } fields[] = {
+    {1, "ecc_mode", VALUE_UINT},
+    {3, "ecc_corrected", VALUE_ULL},
+    {4, "ecc_uncorrected", VALUE_ULL},
+    {31, "retired_pages_pending", VALUE_UINT},
+    {82, "temp_memory", VALUE_UINT},
+    {83, "energy_mj", VALUE_ULL},
+    {94, "pcie_replay", VALUE_UINT},
+    {144, "remapped_rows_pending", VALUE_UINT},
+    {145, "remapped_rows_failure", VALUE_UINT},
+    {197, "pcie_tx_bytes", VALUE_ULL},
+    {198, "pcie_rx_bytes", VALUE_ULL},
+};
+
+nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t dev, int count, nvmlFieldValue_t *values) {
+    DEVICE("nvmlDeviceGetFieldValues");
+    if (count < 0 || (count && !values)) return NVML_ERROR_INVALID_ARGUMENT;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    for (int i = 0; i < count; i++) {
+        nvmlFieldValue_t *fv = &values[i];
+        fv->timestamp = (long long)now.tv_sec * 1000000LL + now.tv_nsec / 1000;
+        fv->latencyUsec = 0;
+        fv->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+        for (int k = 0; k < s->n; k++) {
+            unsigned int id;
+            char code[64];
+            if (!strcmp(s->kv[k].key, "field_error") &&
+                sscanf(s->kv[k].val, "%u %63s", &id, code) == 2 && id == fv->fieldId) {
+                fv->nvmlReturn = code_of(code);
+                goto next;
+            }
+        }
+        for (size_t f = 0; f < sizeof fields / sizeof fields[0]; f++) {
+            unsigned long long v;
+            if (fields[f].id != fv->fieldId || !get_ull(s, fields[f].key, &v)) continue;
+            fv->valueType = fields[f].type;
+            if (fields[f].type == VALUE_UINT) fv->value.uiVal = (unsigned int)v;
+            else fv->value.ullVal = v;
+            fv->nvmlReturn = NVML_SUCCESS;
+        }
+    next:;
+    }
+    return NVML_SUCCESS;
+}
+
+/* ---- MIG -------------------------------------------------------------------------- */
+nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t dev, unsigned int *current_mode,
+                                  unsigned int *pending) {
+    DEVICE("nvmlDeviceGetMigMode");
+    if (dev->mig) return NVML_ERROR_NOT_SUPPORTED;
+    nvmlReturn_t r = uint_of(s, "mig_mode", current_mode);
+    if (r) return r;
+    if (!pending) return NVML_ERROR_INVALID_ARGUMENT;
+    *pending = *current_mode;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t dev, unsigned int *count) {
+    DEVICE("nvmlDeviceGetMaxMigDeviceCount");
+    unsigned long long mode = 0;
+    if (!get_ull(s, "mig_mode", &mode)) return NVML_ERROR_NOT_SUPPORTED;
+    if (!count) return NVML_ERROR_INVALID_ARGUMENT;
+    *count = MAX_MIG - 1;  /* 7 on A100/H100 */
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t dev, unsigned int index,
+                                                 nvmlDevice_t *mig) {
+    DEVICE("nvmlDeviceGetMigDeviceHandleByIndex");
+    (void)s;
+    scenario_t *sc = scenario();
+    if (!sc) return NVML_ERROR_DRIVER_NOT_LOADED;
+    if (dev->mig || index >= MAX_MIG || !mig) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!sc->has_mig[dev->dev][index]) return NVML_ERROR_NOT_FOUND;
+    *mig = &mig_handles[dev->dev][index];
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t dev, unsigned int *is_mig) {
+    DEVICE("nvmlDeviceIsMigDeviceHandle");
+    (void)s;
+    if (!is_mig) return NVML_ERROR_INVALID_ARGUMENT;
+    *is_mig = dev->mig ? 1 : 0;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t dev,
+                                                          nvmlDevice_t *parent) {
+    DEVICE("nvmlDeviceGetDeviceHandleFromMigDeviceHandle");
+    (void)s;
+    if (!dev->mig || !parent) return NVML_ERROR_INVALID_ARGUMENT;
+    *parent = &handles[dev->dev];
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t dev, unsigned int *id) {
+    DEVICE("nvmlDeviceGetGpuInstanceId");
+    if (!dev->mig) return NVML_ERROR_INVALID_ARGUMENT;
+    return uint_of(s, "gpu_instance_id", id);
+}
+
+nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t dev, unsigned int *id) {
+    DEVICE("nvmlDeviceGetComputeInstanceId");
+    if (!dev->mig) return NVML_ERROR_INVALID_ARGUMENT;
+    return uint_of(s, "compute_instance_id", id);
+}
+
+/* ---- processes -------------------------------------------------------------------- */
+/* `process <compute|graphics> <pid> <used_bytes|-> [gpu_instance_id compute_instance_id]` */
+static nvmlReturn_t processes(const section_t *s, const char *kind, unsigned int *count,
+                              nvmlProcessInfo_t *infos) {
+    if (!count) return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned int n = 0;
+    for (int i = 0; i < s->n; i++) {
+        char k[16], used[32];
+        unsigned int pid, gi = 0xFFFFFFFFu, ci = 0xFFFFFFFFu;
+        if (strcmp(s->kv[i].key, "process")) continue;
+        if (sscanf(s->kv[i].val, "%15s %u %31s %u %u", k, &pid, used, &gi, &ci) < 3) continue;
+        if (strcmp(k, kind)) continue;
+        if (infos && n < *count) {
+            infos[n].pid = pid;
+            infos[n].usedGpuMemory = strcmp(used, "-") ? strtoull(used, NULL, 0)
+                                                       : 0xFFFFFFFFFFFFFFFFULL;
+            infos[n].gpuInstanceId = gi;
+            infos[n].computeInstanceId = ci;
+        }
+        n++;
+    }
+    if (n > *count || (!infos && n)) {
+        *count = n;
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    *count = n;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t dev, unsigned int *count,
+                                                     nvmlProcessInfo_t *infos) {
+    DEVICE("nvmlDeviceGetComputeRunningProcesses_v3");
+    return processes(s, "compute", count, infos);
+}
+
+nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t dev, unsigned int *count,
+                                                      nvmlProcessInfo_t *infos) {
+    DEVICE("nvmlDeviceGetGraphicsRunningProcesses_v3");
+    return processes(s, "graphics", count, infos);
+}
+
+/* `process_util <pid> <timestamp_us> <sm%> <mem%> <enc%> <dec%>`: samples newer than
+ * lastSeenTimeStamp are returned; none newer is NOT_FOUND, as in the real library. */
+nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t dev,
+                                             nvmlProcessUtilizationSample_t *samples,
+                                             unsigned int *count,
+                                             unsigned long long last_seen) {
+    DEVICE("nvmlDeviceGetProcessUtilization");
+    if (!count) return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned int n = 0, any = 0;
+    for (int i = 0; i < s->n; i++) {
+        nvmlProcessUtilizationSample_t x;
+        if (strcmp(s->kv[i].key, "process_util")) continue;
+        any = 1;
+        if (sscanf(s->kv[i].val, "%u %llu %u %u %u %u", &x.pid, &x.timeStamp, &x.smUtil,
+                   &x.memUtil, &x.encUtil, &x.decUtil) != 6 || x.timeStamp <= last_seen)
+            continue;
+        if (samples && n < *count) samples[n] = x;
+        n++;
+    }
+    if (!any) return NVML_ERROR_NOT_SUPPORTED;
+    if (!samples || n > *count) {
+        /* the real library sizes the buffer generously; so do we */
+        *count = n ? n : 1;
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    *count = n;
+    return n ? NVML_SUCCESS : NVML_ERROR_NOT_FOUND;
+}
+
+/* ---- events ----------------------------------------------------------------------- */
+typedef struct { unsigned long long mask[MAX_DEV]; } event_set_t;
+
+nvmlReturn_t nvmlEventSetCreate(event_set_t **set) {
+    scenario_t *sc;
+    nvmlReturn_t r = enter(&sc);
+    if (r) return r;
+    if (!set) return NVML_ERROR_INVALID_ARGUMENT;
+    *set = calloc(1, sizeof **set);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t dev, unsigned long long *types) {
+    DEVICE("nvmlDeviceGetSupportedEventTypes");
+    (void)s;
+    if (!types) return NVML_ERROR_INVALID_ARGUMENT;
+    *types = EVENT_XID | 0x1ULL | 0x2ULL;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t dev, unsigned long long types,
+                                      event_set_t *set) {
+    DEVICE("nvmlDeviceRegisterEvents");
+    (void)s;
+    if (!set || dev->mig) return NVML_ERROR_INVALID_ARGUMENT;
+    set->mask[dev->dev] |= types;
+    return NVML_SUCCESS;
+}
+
+/* Delivers `xid <code>` lines of registered devices, each once, in file order. */
+nvmlReturn_t nvmlEventSetWait_v2(event_set_t *set, nvmlEventData_t *data,
+                                 unsigned int timeout_ms) {
+    if (!set || !data) return NVML_ERROR_INVALID_ARGUMENT;
+    struct timespec start, now;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    for (;;) {
+        scenario_t *sc;
+        nvmlReturn_t r = enter(&sc);
+        if (r) return r;
+        pthread_mutex_lock(&lock);
+        for (int d = 0; d < sc->ndev; d++) {
+            if (!(set->mask[d] & EVENT_XID)) continue;
+            int seen = 0;
+            const section_t *s = &sc->dev[d];
+            for (int i = 0; i < s->n; i++) {
+                if (strcmp(s->kv[i].key, "xid")) continue;
+                if (seen++ < xid_delivered[d]) continue;
+                xid_delivered[d]++;
+                pthread_mutex_unlock(&lock);
+                memset(data, 0, sizeof *data);
+                data->device = &handles[d];
+                data->eventType = EVENT_XID;
+                data->eventData = strtoull(s->kv[i].val, NULL, 0);
+                data->gpuInstanceId = 0xFFFFFFFFu;
+                data->computeInstanceId = 0xFFFFFFFFu;
+                return NVML_SUCCESS;
+            }
+        }
+        pthread_mutex_unlock(&lock);
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        long long waited = (now.tv_sec - start.tv_sec) * 1000LL +
+                           (now.tv_nsec - start.tv_nsec) / 1000000LL;
+        if (waited >= (long long)timeout_ms) return NVML_ERROR_TIMEOUT;
+        sleep_us(10000);
+    }
+}
+
+nvmlReturn_t nvmlEventSetWait(event_set_t *set, nvmlEventData_t *data, unsigned int ms) {
+    return nvmlEventSetWait_v2(set, data, ms);
+}
+
+nvmlReturn_t nvmlEventSetFree(event_set_t *set) {
+    free(set);
+    return NVML_SUCCESS;
+}

@@ -1,0 +1,337 @@
+"""Scenarios for the fake NVML library, and building it with the system C compiler.
+
+A scenario is written as the line-based file `fake_nvml.c` parses (see README.md); the
+library re-reads it when it changes, so `Scenario.write()` after a change is all a test
+needs to lose a GPU, hang a call or load the driver while the exporter runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SOURCE = HERE / "fake_nvml.c"
+SONAME = "libnvidia-ml.so.1"
+ENV_VAR = "FAKE_NVML_SCENARIO"
+
+# NVML clock event reason bits (nvml.h nvmlClocksEventReason*)
+REASON_GPU_IDLE = 0x1
+REASON_APPLICATIONS_CLOCKS = 0x2
+REASON_SW_POWER_CAP = 0x4
+REASON_HW_SLOWDOWN = 0x8
+REASON_SYNC_BOOST = 0x10
+REASON_SW_THERMAL = 0x20
+REASON_HW_THERMAL = 0x40
+REASON_HW_POWER_BRAKE = 0x80
+REASON_DISPLAY_CLOCK = 0x100
+
+GIB = 1024**3
+MIB = 1024**2
+
+
+@dataclass
+class Mig:
+    """A MIG device of a parent GPU (`mig <parent> <slot>` section)."""
+
+    slot: int
+    uuid: str
+    name: str  # what NVML names a MIG device: "<parent name> MIG <profile>"
+    gpu_instance_id: int
+    compute_instance_id: int
+    values: dict[str, int | str] = field(default_factory=dict)  # e.g. memory_total
+    lines: list[tuple[str, str]] = field(default_factory=list)
+
+
+@dataclass
+class Device:
+    """One GPU. `values` holds the raw NVML numbers (units as NVML gives them: mW, mJ,
+    MHz, percent); a key left out makes that NVML call answer NOT_SUPPORTED."""
+
+    name: str
+    uuid: str
+    pci_bus_id: str  # as NVML writes it: 00000000:3B:00.0
+    serial: str | None = None
+    vbios: str | None = None
+    values: dict[str, int | str] = field(default_factory=dict)
+    fans: list[int] = field(default_factory=list)  # percent per fan
+    lost: bool = False
+    errors: dict[str, str] = field(default_factory=dict)  # function or "*" -> CODE
+    hangs: dict[str, float] = field(default_factory=dict)  # function or "*" -> seconds
+    field_errors: dict[int, str] = field(default_factory=dict)  # field id -> CODE
+    xids: list[int] = field(default_factory=list)  # XID events, each delivered once
+    # (kind "compute"|"graphics", pid, used bytes or None, gpu instance, compute instance)
+    processes: list[tuple[str, int, int | None, int | None, int | None]] = field(
+        default_factory=list
+    )
+    # (pid, timestamp µs, sm %, mem %, enc %, dec %)
+    process_utilization: list[tuple[int, int, int, int, int, int]] = field(
+        default_factory=list
+    )
+    migs: list[Mig] = field(default_factory=list)
+
+
+@dataclass
+class Scenario:
+    devices: list[Device] = field(default_factory=list)
+    driver_version: str | None = "550.54.15"
+    nvml_version: str | None = "12.550.54.15"
+    cuda_driver_version: int | None = 12040
+    init_error: str | None = None  # e.g. DRIVER_NOT_LOADED, NO_PERMISSION
+    call_delay_us: int = 0
+    path: Path | None = None
+
+    def render(self) -> str:
+        out: list[str] = ["# fake NVML scenario (tests/fake_nvml/README.md)"]
+        for key, val in (
+            ("driver_version", self.driver_version),
+            ("nvml_version", self.nvml_version),
+            ("cuda_driver_version", self.cuda_driver_version),
+            ("init_error", self.init_error),
+            ("call_delay_us", self.call_delay_us or None),
+        ):
+            if val is not None:
+                out.append(f"{key} {val}")
+        for i, d in enumerate(self.devices):
+            out.append(f"device {i}")
+            out.extend(_device_lines(d))
+            for m in d.migs:
+                out.append(f"mig {i} {m.slot}")
+                out.append(f"  uuid {m.uuid}")
+                out.append(f"  name {m.name}")
+                out.append(f"  gpu_instance_id {m.gpu_instance_id}")
+                out.append(f"  compute_instance_id {m.compute_instance_id}")
+                out.extend(f"  {k} {v}" for k, v in m.values.items())
+                out.extend(f"  {k} {v}" for k, v in m.lines)
+        return "\n".join(out) + "\n"
+
+    def lose(self, index: int, lost: bool = True) -> Path:
+        """GPU `index` answers GPU_IS_LOST to everything (or comes back); written at once."""
+        self.devices[index].lost = lost
+        return self.write()
+
+    def hang(self, index: int, function: str, seconds: float | None) -> Path:
+        """`function` ("*" for all) sleeps `seconds` on GPU `index` (None: no more)."""
+        if seconds is None:
+            self.devices[index].hangs.pop(function, None)
+        else:
+            self.devices[index].hangs[function] = seconds
+        return self.write()
+
+    def write(self, path: Path | None = None) -> Path:
+        """Write atomically (a new inode each time, so the library notices at once)."""
+        target = path or self.path
+        if target is None:
+            raise ValueError("first write() needs a path")
+        target = Path(target)
+        self.path = target
+        tmp = target.with_name(target.name + ".tmp")
+        tmp.write_text(self.render())
+        os.replace(tmp, target)
+        return target
+
+
+def _device_lines(d: Device) -> Iterable[str]:
+    yield f"  name {d.name}"
+    yield f"  uuid {d.uuid}"
+    yield f"  pci_bus_id {d.pci_bus_id}"
+    if d.serial is not None:
+        yield f"  serial {d.serial}"
+    if d.vbios is not None:
+        yield f"  vbios {d.vbios}"
+    for k, v in d.values.items():
+        yield f"  {k} {v}"
+    for pct in d.fans:
+        yield f"  fan {pct}"
+    if d.lost:
+        yield "  lost 1"
+    for fn, code in d.errors.items():
+        yield f"  error {fn} {code}"
+    for fn, seconds in d.hangs.items():
+        yield f"  hang {fn} {seconds}"
+    for fid, code in d.field_errors.items():
+        yield f"  field_error {fid} {code}"
+    for xid in d.xids:
+        yield f"  xid {xid}"
+    for kind, pid, used, gi, ci in d.processes:
+        extra = f" {gi} {ci}" if gi is not None and ci is not None else ""
+        yield f"  process {kind} {pid} {'-' if used is None else used}{extra}"
+    for pid, ts, sm, mem, enc, dec in d.process_utilization:
+        yield f"  process_util {pid} {ts} {sm} {mem} {enc} {dec}"
+
+
+# ---- ready-made scenarios ---------------------------------------------------------------
+H100_NAME = "NVIDIA H100 80GB HBM3"
+H100_BUS = ("18", "2a", "3a", "5d", "9a", "ab", "ba", "db")
+
+
+def h100(i: int) -> Device:
+    """An H100 SXM with every value NVML gives, distinct per GPU so that a mix-up shows."""
+    return Device(
+        name=H100_NAME,
+        uuid=f"GPU-{i:08x}-1111-2222-3333-4444555566{i:02d}",
+        pci_bus_id=f"00000000:{H100_BUS[i % 8].upper()}:00.0",
+        serial=f"165232300{i:04d}",
+        vbios="96.00.89.00.01",
+        values={
+            "board_part_number": "692-2G520-0200-000",
+            "util_gpu": 80 + i,  # %
+            "util_memory": 40 + i,  # % (memory controller)
+            "util_encoder": 0,
+            "util_decoder": 5 + i,
+            "memory_total": 80 * GIB,  # 85899345920 bytes
+            "memory_reserved": 512 * MIB,
+            "memory_used": (40 + i) * GIB,
+            "power_usage_mw": 512_345 + i * 1000,
+            "power_limit_mw": 700_000,
+            "energy_mj": 123_456_789 + i,
+            "temp_gpu": 50 + i,
+            "temp_memory": 60 + i,
+            "clock_graphics_mhz": 1980,
+            "clock_sm_mhz": 1980,
+            "clock_memory_mhz": 2619,
+            "clock_video_mhz": 1545,
+            "ecc_mode": 1,
+            "ecc_corrected": i,
+            "ecc_uncorrected": 0,
+            "retired_pages_pending": 0,
+            "remapped_rows_pending": 0,
+            "remapped_rows_failure": 0,
+            "pcie_replay": 2 * i,
+            "pcie_tx_bytes": 1_000_000_000 + i,
+            "pcie_rx_bytes": 2_000_000_000 + i,
+            "clocks_event_reasons": REASON_SW_POWER_CAP if i == 1 else 0,
+            "mig_mode": 0,
+        },
+    )
+
+
+def h100x8() -> Scenario:
+    devices = [h100(i) for i in range(8)]
+    # GPU 2 is hot and throttled by hardware (degraded); GPU 3 has an uncorrected error.
+    devices[2].values["clocks_event_reasons"] = REASON_HW_THERMAL | REASON_SW_THERMAL
+    devices[3].values["ecc_uncorrected"] = 1
+    return Scenario(devices=devices)
+
+
+def rtx4080() -> Scenario:
+    """A GeForce card as NVML reports it: two fans, but no ECC, no serial number, no
+    energy counter, no memory temperature, no PCIe byte counters and no MIG."""
+    d = Device(
+        name="NVIDIA GeForce RTX 4080",
+        uuid="GPU-4080aaaa-bbbb-cccc-dddd-eeeeffff0000",
+        pci_bus_id="00000000:01:00.0",
+        serial=None,  # consumer boards answer NOT_SUPPORTED
+        vbios="95.03.1E.00.8C",
+        values={
+            "util_gpu": 12,
+            "util_memory": 7,
+            "util_encoder": 30,
+            "util_decoder": 0,
+            "memory_total": 16 * GIB,
+            "memory_reserved": 300 * MIB,
+            "memory_used": 2 * GIB,
+            "power_usage_mw": 35_120,
+            "power_limit_mw": 320_000,
+            "temp_gpu": 41,
+            "clock_graphics_mhz": 210,
+            "clock_sm_mhz": 210,
+            "clock_memory_mhz": 405,
+            "clock_video_mhz": 765,
+            "pcie_replay": 0,
+            "clocks_event_reasons": REASON_GPU_IDLE,
+        },
+        fans=[30, 32],
+    )
+    return Scenario(devices=[d])
+
+
+def mig_a100() -> Scenario:
+    """An A100 40GB with MIG on: one 3g.20gb and two 1g.5gb instances, each a device of
+    its own."""
+    name = "NVIDIA A100-SXM4-40GB"
+    parent = Device(
+        name=name,
+        uuid="GPU-a100a100-0000-1111-2222-333344445555",
+        pci_bus_id="00000000:07:00.0",
+        serial="1324720005678",
+        vbios="92.00.45.00.03",
+        values={
+            "board_part_number": "692-2G506-0200-002",
+            "memory_total": 40 * GIB,
+            "memory_reserved": 400 * MIB,
+            "memory_used": 12 * GIB,
+            "power_usage_mw": 250_000,
+            "power_limit_mw": 400_000,
+            "energy_mj": 987_654_321,
+            "temp_gpu": 45,
+            "temp_memory": 52,
+            "clock_graphics_mhz": 1410,
+            "clock_sm_mhz": 1410,
+            "clock_memory_mhz": 1215,
+            "clock_video_mhz": 1275,
+            "ecc_mode": 1,
+            "ecc_corrected": 0,
+            "ecc_uncorrected": 0,
+            "pcie_replay": 0,
+            "clocks_event_reasons": 0,
+            "mig_mode": 1,
+        },
+    )
+    profiles = [("3g.20gb", 1, 20), ("1g.5gb", 5, 5), ("1g.5gb", 6, 5)]
+    for slot, (profile, gi, gib) in enumerate(profiles):
+        parent.migs.append(Mig(
+            slot=slot,
+            uuid=f"MIG-{slot:08x}-aaaa-bbbb-cccc-ddddeeeeff{slot:02d}",
+            name=f"{name} MIG {profile}",
+            gpu_instance_id=gi,
+            compute_instance_id=0,
+            values={"memory_total": gib * GIB, "memory_used": (slot + 1) * GIB},
+        ))
+    return Scenario(devices=[parent])
+
+
+# ---- building the library ---------------------------------------------------------------
+DEFAULT_BUILD_DIR = HERE / "build"  # git-ignored (tests/**/build/)
+
+
+def build(out_dir: Path | None = None, omit: Iterable[str] = ()) -> Path:
+    """Compile the fake into `out_dir/<variant>/libnvidia-ml.so.1` and return that
+    directory (for LD_LIBRARY_PATH). `omit` hides functions, as an older driver lacks
+    them. The variant directory is named by a hash of the source and `omit`, so a
+    changed source is rebuilt and an unchanged one is not."""
+    out_dir = DEFAULT_BUILD_DIR if out_dir is None else out_dir
+    cc = shutil.which(os.environ.get("CC", "cc"))
+    assert cc, "no C compiler: install gcc (scripts/apt-packages.txt)"
+    omitted = sorted(omit)
+    tag = hashlib.sha1((SOURCE.read_text() + ",".join(omitted)).encode()).hexdigest()[:12]
+    lib_dir = Path(out_dir) / tag
+    lib = lib_dir / SONAME
+    if lib.exists():
+        return lib_dir
+    lib_dir.mkdir(parents=True, exist_ok=True)
+    part = lib_dir / f"{SONAME}.{os.getpid()}.part"  # parallel builders don't collide
+    args = [cc, "-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror",
+            f"-Wl,-soname,{SONAME}", "-o", str(part), str(SOURCE), "-lpthread"]
+    if omitted:
+        script = lib_dir / f"hide.{os.getpid()}.map"
+        script.write_text("{ global: *; local: " + " ".join(f"{n};" for n in omitted) + " };\n")
+        args.append(f"-Wl,--version-script={script}")
+    res = subprocess.run(args, capture_output=True, text=True)
+    assert res.returncode == 0, f"building the fake NVML failed:\n{res.stderr}"
+    os.replace(part, lib)
+    return lib_dir
+
+
+def env(lib_dir: Path | None, scenario_path: Path | None) -> Mapping[str, str]:
+    """Environment for an exporter process that should load the fake. lib_dir None:
+    the library is absent (on a host without a real driver in the default search path)."""
+    out = {"LD_LIBRARY_PATH": str(lib_dir) if lib_dir is not None else "/nonexistent/nvml"}
+    if scenario_path is not None:
+        out[ENV_VAR] = str(scenario_path)
+    return out

@@ -1,0 +1,52 @@
+"""Golden exposition files: one scrape, normalised, compared byte for byte.
+
+Regenerate with `UPDATE_GOLDEN=1 .venv/bin/pytest tests/nvidia` (then review the diff).
+Normalised: host_name, collector durations, build info (they vary by host and run), and
+the self-metrics of collectors other than nvidia (they change as collectors are added).
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from pathlib import Path
+
+GOLDEN_DIR = Path(__file__).resolve().parent.parent / "golden" / "nvidia"
+_HOST = re.compile(r'host_name="[^"]*"')
+
+
+def normalise(text: str) -> str:
+    out = []
+    for line in text.splitlines():
+        if line.startswith("#"):
+            if " gpu_exporter_build_info " not in line:
+                out.append(line)
+            continue
+        name = re.split(r"[{ ]", line, maxsplit=1)[0]
+        if name == "gpu_exporter_build_info":
+            continue
+        if name.startswith("gpu_exporter_") and not re.search(
+            r'(collector|feature)="nvidia"', line
+        ):
+            continue
+        line = _HOST.sub('host_name="HOST"', line)
+        if name == "gpu_exporter_collector_duration_seconds":
+            line = line.rsplit(" ", 1)[0] + " VOLATILE"
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def check(name: str, text: str) -> None:
+    path = GOLDEN_DIR / f"{name}.prom"
+    got = normalise(text)
+    if os.environ.get("UPDATE_GOLDEN"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(got)
+    assert path.exists(), f"{path} missing: run with UPDATE_GOLDEN=1 to create it"
+    want = path.read_text()
+    if got != want:
+        diff = "".join(difflib.unified_diff(
+            want.splitlines(True), got.splitlines(True), str(path), "scrape", n=1))
+        raise AssertionError(f"scrape differs from {path.name} "
+                             f"(UPDATE_GOLDEN=1 to accept):\n{diff[:6000]}")

@@ -1,0 +1,258 @@
+"""What goes wrong on real GPU hosts, injected in the fake library while the real
+exporter runs: a lost GPU, a hung NVML call, a driver loaded late or unloaded, no
+library at all, an old driver, a field that fails, XID events."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.fake_nvml import scenario as fake
+from tests.helpers import Exporter, Series, find, parse, promtool_check_metrics, run_cli, value
+from tests.nvidia import golden
+from tests.nvidia.conftest import nvidia_only, running
+
+GIB = 1024**3
+
+
+def uuid(i: int) -> str:
+    return f"GPU-{i:08x}-1111-2222-3333-4444555566{i:02d}"
+
+
+def wait_for(
+    exp: Exporter, ok: Callable[[list[Series]], bool], timeout: float = 15
+) -> list[Series]:
+    deadline = time.monotonic() + timeout
+    while True:
+        s = parse(exp.scrape())
+        if ok(s):
+            return s
+        assert time.monotonic() < deadline, f"condition not met; last scrape:\n{s}"
+        time.sleep(0.1)
+
+
+def threads(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Threads:"):
+            return int(line.split()[1])
+    raise AssertionError("no Threads line")
+
+
+def full(s: list[Series], hw_id: str) -> bool:
+    """The device reports every value of the h100 scenario."""
+    names = {x.name for x in s if x.labels.get("hw_id") == hw_id}
+    return {"hw_gpu_power_draw_watts", "hw_gpu_memory_usage_bytes", "hw_gpu_clock_hertz",
+            "hw_gpu_energy_consumed_joules_total", "hw_errors_total",
+            "hw_gpu_utilization_ratio", "hw_gpu_temperature_celsius"} <= names
+
+
+def test_gpu_lost_mid_run_and_back(fake_lib: Path, tmp_path: Path) -> None:
+    sc = fake.h100x8()
+    with running(fake_lib, sc, tmp_path) as exp:
+        assert all(x.value == 1 for x in find(parse(exp.scrape()), "hw_gpu_up"))
+        sc.lose(4)
+        status, _, body = exp.get("/metrics")
+        assert status == 200
+        text = body.decode()
+        s = parse(text)
+        assert value(s, "hw_gpu_up", hw_id=uuid(4)) == 0
+        assert value(s, "hw_status", hw_id=uuid(4), hw_state="failed") == 1
+        assert not find(s, "hw_gpu_power_draw_watts", hw_id=uuid(4))
+        assert find(s, "hw_gpu_info", hw_id=uuid(4))  # still known, not dropped
+        for i in set(range(8)) - {4}:
+            assert value(s, "hw_gpu_up", hw_id=uuid(i)) == 1
+            assert full(s, uuid(i)), f"GPU {i} incomplete while GPU 4 is lost"
+        assert value(s, "gpu_exporter_collector_success", collector="nvidia") == 0
+        promtool_check_metrics(text)
+        golden.check("h100x8_gpu4_lost", text)
+        sc.lose(4, False)
+        s = parse(exp.scrape())
+        assert value(s, "hw_gpu_up", hw_id=uuid(4)) == 1
+        assert value(s, "hw_gpu_power_draw_watts", hw_id=uuid(4)) == pytest.approx(516.345)
+        assert value(s, "gpu_exporter_collector_success", collector="nvidia") == 1
+        assert "is lost" in exp.logs()
+        # UNKNOWN from any call, and a handle that is gone (GPU 7 left the bus), read
+        # as lost too
+        sc.devices[1].errors["nvmlDeviceGetClockInfo"] = "UNKNOWN"
+        del sc.devices[7]
+        sc.write()
+        s = parse(exp.scrape())
+        assert value(s, "hw_gpu_up", hw_id=uuid(1)) == 0
+        assert value(s, "hw_gpu_up", hw_id=uuid(7)) == 0
+        assert [value(s, "hw_gpu_up", hw_id=uuid(i)) for i in (0, 2, 3, 4, 5, 6)] == [1] * 6
+
+
+def test_hung_call_cannot_hang_the_scrape(fake_lib: Path, tmp_path: Path) -> None:
+    sc = fake.h100x8()
+    sc.devices[3].hangs["nvmlDeviceGetPowerUsage"] = 4.0
+    with running(fake_lib, sc, tmp_path, ["--scrape.timeout=1"]) as exp:
+        counts = []
+        for n in range(8):
+            started = time.monotonic()
+            s = parse(exp.scrape())
+            elapsed = time.monotonic() - started
+            # The call hangs 4 s; the scrape must come back within its 1 s timeout.
+            assert elapsed < 1.5, f"scrape {n} took {elapsed:.2f}s"
+            assert value(s, "hw_gpu_up", hw_id=uuid(3)) == 0
+            assert find(s, "hw_gpu_info", hw_id=uuid(3))  # identity from discovery
+            for i in set(range(8)) - {3}:
+                assert full(s, uuid(i)), f"GPU {i} incomplete while GPU 3 hangs"
+            assert value(s, "gpu_exporter_collector_success", collector="nvidia") == 0
+            time.sleep(0.05)  # let the HTTP server's connection thread end
+            counts.append(threads(exp.proc.pid))
+        # One worker per GPU, kept: a thread per scrape would pile up one stuck thread
+        # per scrape (7 here). The slack is for an HTTP connection thread still closing.
+        assert max(counts) - min(counts) <= 2, counts
+        sc.hang(3, "nvmlDeviceGetPowerUsage", None)
+        s = wait_for(exp, lambda s: value(s, "hw_gpu_up", hw_id=uuid(3)) == 1, timeout=10)
+        assert full(s, uuid(3))
+        assert threads(exp.proc.pid) <= max(counts)
+        assert exp.logs().count("did not answer NVML within the scrape timeout") == 1
+
+
+def test_driver_loaded_late_then_unloaded_and_back(fake_lib: Path, tmp_path: Path) -> None:
+    sc = fake.h100x8()
+    sc.init_error = "DRIVER_NOT_LOADED"
+    with running(fake_lib, sc, tmp_path, ["--collector.retry-interval=0.2"]) as exp:
+        s = parse(exp.scrape())
+        assert value(s, "gpu_exporter_feature_status", feature="nvidia", state="unavailable") == 1
+        assert not find(s, "hw_gpu_up")
+        sc.init_error = None
+        sc.write()
+        s = wait_for(exp, lambda s: len(find(s, "hw_gpu_up")) == 8)
+        assert value(s, "gpu_exporter_feature_status", feature="nvidia", state="enabled") == 1
+        # the driver goes away under a running exporter, then comes back
+        sc.init_error = "DRIVER_NOT_LOADED"
+        sc.write()
+        s = wait_for(exp, lambda s: value(s, "gpu_exporter_feature_status", feature="nvidia",
+                                          state="unavailable") == 1)
+        assert not find(s, "hw_gpu_up")
+        sc.init_error = None
+        sc.write()
+        s = wait_for(exp, lambda s: len(find(s, "hw_gpu_up")) == 8
+                     and all(x.value == 1 for x in find(s, "hw_gpu_up")))
+        assert full(s, uuid(0))
+        assert "NVIDIA driver not loaded" in exp.logs()
+
+
+def test_library_absent(tmp_path: Path) -> None:
+    res = run_cli(["doctor", *nvidia_only()], env=fake.env(None, None))
+    assert res.returncode == 0, res.stderr
+    line = next(x for x in res.stdout.splitlines() if x.startswith("nvidia"))
+    assert "unavailable" in line and "libnvidia-ml.so.1 not found" in line
+    with running(None, fake.h100x8(), tmp_path) as exp:
+        text = exp.scrape()
+    s = parse(text)
+    assert value(s, "gpu_exporter_feature_status", feature="nvidia", state="unavailable") == 1
+    assert find(s, "gpu_exporter_build_info")
+    assert not find(s, "hw_gpu_up")
+    promtool_check_metrics(text)
+
+
+def test_doctor_says_why(fake_lib: Path, tmp_path: Path) -> None:
+    sc = fake.h100x8()
+    for code, reason in (("DRIVER_NOT_LOADED", "NVIDIA driver not loaded"),
+                         ("NO_PERMISSION", "no permission to use NVML")):
+        sc.init_error = code
+        path = sc.write(tmp_path / "gpus.scenario")
+        res = run_cli(["doctor", *nvidia_only()], env=fake.env(fake_lib, path))
+        assert res.returncode == 0, res.stderr
+        assert reason in res.stdout
+    path = fake.Scenario(devices=[]).write(tmp_path / "none.scenario")
+    res = run_cli(["doctor", *nvidia_only()], env=fake.env(fake_lib, path))
+    assert "no NVIDIA device" in res.stdout
+    sc.init_error = None
+    path = sc.write(tmp_path / "gpus.scenario")
+    res = run_cli(["doctor", *nvidia_only()], env=fake.env(fake_lib, path))
+    assert "enabled" in res.stdout and "8 GPU(s)" in res.stdout
+
+
+def test_old_driver_falls_back(old_lib: Path, tmp_path: Path) -> None:
+    """No memory info v2, no field values, no clock event reasons, no TemperatureV."""
+    with running(old_lib, fake.h100x8(), tmp_path) as exp:
+        text = exp.scrape()
+    s = parse(text)
+    for i in range(8):
+        dev = {"hw_id": uuid(i)}
+        # v1 counts the driver's 512 MiB reservation as used
+        assert value(s, "hw_gpu_memory_usage_bytes", **dev) == (40 + i) * GIB + 512 * 1024**2
+        assert value(s, "hw_gpu_energy_consumed_joules_total", **dev) == pytest.approx(
+            123456.789 + i / 1000)  # nvmlDeviceGetTotalEnergyConsumption
+        assert value(s, "hw_errors_total", error_type="corrected", **dev) == i
+        assert value(s, "hw_errors_total", error_type="pcie_replay", **dev) == 2 * i
+        assert value(s, "hw_gpu_temperature_celsius", sensor="die", **dev) == 50 + i
+        # only field values carry these: absent, not 0
+        assert not find(s, "hw_gpu_temperature_celsius", sensor="memory", **dev)
+        assert not find(s, "hw_gpu_io_bytes_total", **dev)
+    assert value(s, "hw_gpu_clock_throttle_active", hw_id=uuid(1), reason="sw_power_cap") == 1
+    assert value(s, "gpu_exporter_collector_success", collector="nvidia") == 1
+    promtool_check_metrics(text)
+
+
+def test_failing_field_is_absent_and_logged_once(fake_lib: Path, tmp_path: Path) -> None:
+    sc = fake.h100x8()
+    sc.devices[5].errors["nvmlDeviceGetPowerUsage"] = "NO_PERMISSION"
+    sc.devices[6].field_errors[82] = "NO_PERMISSION"  # memory temperature
+    sc.devices[7].errors["nvmlDeviceGetEncoderUtilization"] = "NOT_SUPPORTED"
+    with running(fake_lib, sc, tmp_path) as exp:
+        for _ in range(3):
+            s = parse(exp.scrape())
+        assert value(s, "hw_gpu_up", hw_id=uuid(5)) == 1
+        assert not find(s, "hw_gpu_power_draw_watts", hw_id=uuid(5))
+        assert value(s, "hw_gpu_power_limit_watts", hw_id=uuid(5)) == 700
+        assert not find(s, "hw_gpu_temperature_celsius", hw_id=uuid(6), sensor="memory")
+        assert value(s, "hw_gpu_temperature_celsius", hw_id=uuid(6), sensor="die") == 56
+        assert not find(s, "hw_gpu_utilization_ratio", hw_id=uuid(7), hw_gpu_task="encoder")
+        assert len(find(s, "hw_gpu_power_draw_watts")) == 7
+        assert value(s, "gpu_exporter_collector_success", collector="nvidia") == 0
+        logs = exp.logs()
+    assert logs.count("nvmlDeviceGetPowerUsage failed on " + uuid(5)) == 1
+    assert logs.count("field 82 failed on " + uuid(6)) == 1
+    assert "nvmlDeviceGetEncoderUtilization" not in logs  # NOT_SUPPORTED is silent
+
+
+def test_xid_events_are_counted(fake_lib: Path, tmp_path: Path) -> None:
+    sc = fake.h100x8()
+    with running(fake_lib, sc, tmp_path) as exp:
+        s = parse(exp.scrape())
+        assert value(s, "hw_errors_total", hw_id=uuid(6), error_type="xid") == 0
+        sc.devices[6].xids = [13, 79, 13]
+        sc.write()
+
+        def counted(s: list[Series]) -> bool:
+            return bool(find(s, "hw_errors_total", hw_id=uuid(6), error_type="xid")) and \
+                value(s, "hw_errors_total", hw_id=uuid(6), error_type="xid") == 3
+
+        s = wait_for(exp, counted)
+        assert value(s, "hw_gpu_xid_errors_total", hw_id=uuid(6), xid="13") == 2
+        assert value(s, "hw_gpu_xid_errors_total", hw_id=uuid(6), xid="79") == 1
+        assert value(s, "hw_status", hw_id=uuid(6), hw_state="failed") == 1  # 79: off the bus
+        assert value(s, "hw_errors_total", hw_id=uuid(5), error_type="xid") == 0
+        assert not find(s, "hw_gpu_xid_errors_total", hw_id=uuid(5))
+        # each event is delivered once: later scrapes do not count it again
+        time.sleep(0.6)
+        s = parse(exp.scrape())
+        assert value(s, "hw_errors_total", hw_id=uuid(6), error_type="xid") == 3
+
+
+def test_gpu_hanging_at_discovery_delays_nothing(fake_lib: Path, tmp_path: Path) -> None:
+    sc = fake.h100x8()
+    sc.devices[2].hangs["nvmlDeviceGetUUID"] = 3.0
+    started = time.monotonic()
+    with running(fake_lib, sc, tmp_path, ["--scrape.timeout=1"]) as exp:
+        s = parse(exp.scrape())
+        # start-up waited one scrape timeout for GPU 2, not its 3 s hang
+        assert time.monotonic() - started < 3.0
+        assert sorted(x.labels["hw_id"] for x in find(s, "hw_gpu_up")) == \
+            sorted(uuid(i) for i in range(8) if i != 2)
+        assert value(s, "gpu_exporter_collector_success", collector="nvidia") == 0
+        sc.devices[2].hangs.clear()
+        sc.write()
+        s = wait_for(exp, lambda s: len(find(s, "hw_gpu_up")) == 8
+                     and all(x.value == 1 for x in find(s, "hw_gpu_up")), timeout=10)
+        assert value(s, "hw_gpu_up", hw_id=uuid(2), gpu_index="2") == 1
+        assert full(s, uuid(2))
+        assert value(s, "gpu_exporter_collector_success", collector="nvidia") == 1
