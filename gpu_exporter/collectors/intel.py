@@ -1,0 +1,53 @@
+"""Intel GPUs (i915 and xe) from sysfs and DRM fdinfo. What is read from where:
+`gpu_exporter.readers.intel`; engine utilization: `gpu_exporter.readers.fdinfo`.
+
+Engine utilization is the sum over the DRM clients of each card between two scrapes
+(`fdinfo.EngineUsage`): absent on the first scrape, and absent for a card no process had
+open during the interval (nothing was measured, so nothing is reported)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpu_exporter.collectors.base import Availability, Sink
+from gpu_exporter.collectors.sysfs_gpus import SysfsGpuCollector
+from gpu_exporter.readers import fdinfo, intel
+from gpu_exporter.readers.pci import PciGpu
+from gpu_exporter.readers.sysfs import Problems
+from gpu_exporter.records import GpuIdentity, GpuReading, GpuTask
+
+INTEL_DRIVERS = ("i915", "xe")
+
+
+class IntelCollector(SysfsGpuCollector):
+    name = "intel"
+    help = ("Intel GPUs from sysfs (i915, xe) and DRM fdinfo: engine utilization, energy, "
+            "power, clocks, temperatures.")
+    vendor = "intel"
+    # Discovery options are declared by the amd collector and shared.
+
+    def start(self) -> Availability:
+        self._reader = intel.IntelReader()
+        self._engines = fdinfo.EngineUsage()
+        self._utilization: dict[str, dict[GpuTask, float]] = {}
+        return super().start()
+
+    def before_read(self, gpus: list[PciGpu], sink: Sink) -> None:
+        self._utilization = {}
+        self._reader.keep_only({g.pci_address for g in gpus})
+        if not gpus:
+            return
+        try:
+            clients = fdinfo.read_drm_clients(
+                self.settings.procfs, INTEL_DRIVERS, deadline=sink.deadline)
+        except TimeoutError as exc:
+            sink.fail("fdinfo", str(exc))
+            self._engines = fdinfo.EngineUsage()  # the next baseline starts afresh
+            return
+        self._utilization = fdinfo.device_utilization(self._engines.update(clients))
+
+    def identity(self, gpu: PciGpu, sysfs: Path) -> GpuIdentity:
+        return intel.identity(gpu, sysfs)
+
+    def read(self, gpu: PciGpu, ident: GpuIdentity, problems: Problems) -> GpuReading:
+        return self._reader.read(gpu, ident, problems, self._utilization.get(gpu.pci_address))

@@ -1,0 +1,132 @@
+"""Build fake `/sys` trees from the real card captures in tests/fixtures/sysfs, with the
+symlink layout of a real machine:
+
+    devices/pci0000:00/<address>/                 the PCI device (the capture's device/)
+    devices/pci0000:00/<address>/drm/cardN/       the DRM card (the capture's cardN/)
+    devices/pci0000:00/<address>/drm/cardN/device -> ../../../<address>
+    devices/pci0000:00/<address>/drm/cardN/cardN-DP-1/   a connector
+    class/drm/cardN       -> ../../devices/pci0000:00/<address>/drm/cardN
+    class/drm/cardN-DP-1  -> ../../devices/pci0000:00/<address>/drm/cardN/cardN-DP-1
+    bus/pci/devices/<address> -> ../../../devices/pci0000:00/<address>
+
+The capture's `uevent` gets the new address in `PCI_SLOT_NAME=` (two captures share
+0000:0b:00.0, two share 0000:09:00.0), everything else is copied byte for byte (NUL
+padding included).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "sysfs"
+
+# name -> (capture folder, card folder in it)
+CAPTURES: dict[str, tuple[str, str]] = {
+    "rx6900xt": ("amd/rx6900xt", "card0"),
+    "vega56": ("amd/vega56", "card0"),
+    "phoenix": ("amd/phoenix", "card1"),
+    "a380": ("intel/a380-i915", "card1"),
+    "b580": ("intel/b580", "card1"),
+    "rtx4080": ("nvidia/rtx4080", "card1"),
+}
+
+
+def capture(name: str) -> Path:
+    """The capture's card folder (read-only source of the raw files)."""
+    folder, card = CAPTURES[name]
+    return FIXTURES / folder / card
+
+
+def raw(name: str, relative: str) -> bytes:
+    """A raw file of a capture, `relative` to its card folder (e.g. `device/...`)."""
+    return (capture(name) / relative).read_bytes()
+
+
+def raw_text(name: str, relative: str) -> str:
+    """The text of a capture file as a person would read it: up to the first NUL."""
+    return raw(name, relative).split(b"\0", 1)[0].decode().strip()
+
+
+@dataclass(frozen=True)
+class Card:
+    name: str
+    address: str
+    number: int
+    device: Path  # the PCI device folder in the tree
+    card: Path  # devices/.../drm/cardN
+
+
+class FakeSysfs:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        for sub in ("devices/pci0000:00", "class/drm", "bus/pci/devices"):
+            (root / sub).mkdir(parents=True, exist_ok=True)
+        self.cards: dict[str, Card] = {}
+
+    def add(self, name: str, address: str, number: int, connectors: tuple[str, ...] = ("DP-1",)
+            ) -> Card:
+        src = capture(name)
+        device = self.root / "devices" / "pci0000:00" / address
+        shutil.copytree(src / "device", device, symlinks=True)
+        _rewrite_slot(device / "uevent", address)
+        card = device / "drm" / f"card{number}"
+        card.mkdir(parents=True)
+        for entry in src.iterdir():
+            if entry.name == "device":
+                continue
+            if entry.is_dir():
+                shutil.copytree(entry, card / entry.name, symlinks=True)
+            else:
+                shutil.copy2(entry, card / entry.name)
+        os.symlink(f"../../../{address}", card / "device")
+        os.symlink(f"../../devices/pci0000:00/{address}/drm/card{number}",
+                   self.root / "class" / "drm" / f"card{number}")
+        for conn in connectors:
+            (card / f"card{number}-{conn}").mkdir()
+            (card / f"card{number}-{conn}" / "status").write_text("connected\n")
+            os.symlink(f"../../devices/pci0000:00/{address}/drm/card{number}/card{number}-{conn}",
+                       self.root / "class" / "drm" / f"card{number}-{conn}")
+        os.symlink(f"../../../devices/pci0000:00/{address}",
+                   self.root / "bus" / "pci" / "devices" / address)
+        out = Card(name, address, number, device, card)
+        self.cards[address] = out
+        return out
+
+    def add_plain(self, name: str, number: int) -> Path:
+        """The capture as it is: `class/drm/cardN` a folder whose `device` is a plain
+        folder (no bus/pci entry): the address can only come from device/uevent."""
+        dest = self.root / "class" / "drm" / f"card{number}"
+        shutil.copytree(capture(name), dest, symlinks=True)
+        return dest
+
+    def add_non_gpu(self, address: str, vendor: str, klass: str) -> Path:
+        """A PCI device that is not a GPU (a NIC, an audio function of the GPU)."""
+        device = self.root / "devices" / "pci0000:00" / address
+        device.mkdir(parents=True)
+        (device / "vendor").write_text(vendor + "\n")
+        (device / "class").write_text(klass + "\n")
+        (device / "uevent").write_text(f"PCI_SLOT_NAME={address}\n")
+        os.symlink(f"../../../devices/pci0000:00/{address}",
+                   self.root / "bus" / "pci" / "devices" / address)
+        return device
+
+    def remove(self, address: str) -> None:
+        """Unplug: the device folder and every link to it disappear."""
+        card = self.cards.pop(address)
+        for link in list((self.root / "class" / "drm").iterdir()):
+            if link.name == f"card{card.number}" or link.name.startswith(f"card{card.number}-"):
+                link.unlink()
+        (self.root / "bus" / "pci" / "devices" / address).unlink()
+        shutil.rmtree(card.device)
+
+
+def _rewrite_slot(uevent: Path, address: str) -> None:
+    text = uevent.read_bytes().split(b"\0", 1)[0].decode()
+    lines = [
+        f"PCI_SLOT_NAME={address}" if line.startswith("PCI_SLOT_NAME=") else line
+        for line in text.splitlines()
+    ]
+    uevent.write_text("\n".join(lines) + "\n")
