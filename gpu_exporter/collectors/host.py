@@ -1,0 +1,129 @@
+"""Host metrics, so that one exporter covers GPU-less nodes too: CPU, memory,
+filesystems, disks and network interfaces."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+import psutil
+
+from gpu_exporter import catalogue as c
+from gpu_exporter.collectors.base import Availability, Collector, Option, Sink
+from gpu_exporter.readers import host
+
+FS_TYPES_OPTION = "host.filesystem-types-exclude"
+MOUNTPOINTS_OPTION = "host.filesystem-mountpoints-exclude"
+DISKS_OPTION = "host.disks-exclude"
+INTERFACES_OPTION = "host.network-interfaces-exclude"
+
+
+def regex(text: str) -> str:
+    """Flag type: a regular expression, checked when the flags are parsed (a bad one is
+    a one-line error, exit 2); empty matches nothing."""
+    try:
+        re.compile(text)
+    except re.error as exc:
+        raise ValueError(f"{text!r} is not a regular expression: {exc}") from None
+    return text
+
+
+def _compile(text: str) -> re.Pattern[str]:
+    return re.compile(text) if text else re.compile(r"(?!)")
+
+
+class HostCollector(Collector):
+    name = "host"
+    help = "CPU, memory, filesystem, disk and network-interface metrics of the host."
+    options = (
+        Option(FS_TYPES_OPTION, regex, host.DEFAULT_FS_TYPES_EXCLUDE,
+               "Regular expression of filesystem types left out (pseudo and read-only image "
+               "filesystems by default); empty: none."),
+        Option(MOUNTPOINTS_OPTION, regex, host.DEFAULT_MOUNTPOINTS_EXCLUDE,
+               "Regular expression of mount points left out; empty: none."),
+        Option(DISKS_OPTION, regex, host.DEFAULT_DISKS_EXCLUDE,
+               "Regular expression of block devices left out (partitions, loop and RAM "
+               "disks by default); empty: none."),
+        Option(INTERFACES_OPTION, regex, host.DEFAULT_INTERFACES_EXCLUDE,
+               "Regular expression of network interfaces left out (loopback by default); "
+               "empty: none."),
+    )
+
+    def start(self) -> Availability:
+        opt = self.settings.option
+        self._fs_types = _compile(opt(FS_TYPES_OPTION, host.DEFAULT_FS_TYPES_EXCLUDE))
+        self._mountpoints = _compile(opt(MOUNTPOINTS_OPTION, host.DEFAULT_MOUNTPOINTS_EXCLUDE))
+        self._disks = _compile(opt(DISKS_OPTION, host.DEFAULT_DISKS_EXCLUDE))
+        self._interfaces = _compile(opt(INTERFACES_OPTION, host.DEFAULT_INTERFACES_EXCLUDE))
+        # --path.procfs applies to psutil too (a container that mounts the host's /proc).
+        psutil.PROCFS_PATH = self.settings.procfs
+        self._cpu_before: host.CpuTimes | None = None
+        try:
+            self._netlink: host.NetlinkInterfaces | None = host.NetlinkInterfaces()
+            reason = ""
+        except OSError as exc:
+            self._netlink = None
+            reason = f"network interfaces unavailable: netlink: {exc}"
+        return Availability.enabled(reason)
+
+    def close(self) -> None:
+        if self._netlink is not None:
+            self._netlink.close()
+            self._netlink = None
+
+    def collect(self, sink: Sink) -> None:
+        parts: tuple[tuple[str, Callable[[Sink], None]], ...] = (
+            ("cpu", self._cpu), ("memory", self._memory),
+            ("filesystems", self._filesystems), ("disks", self._disk_io),
+            ("network", self._network),
+        )
+        for key, part in parts:
+            # One part that cannot be read leaves the others reporting.
+            try:
+                part(sink)
+            except (OSError, ValueError, KeyError) as exc:
+                sink.fail(key, f"{key}: {exc}")
+
+    def _cpu(self, sink: Sink) -> None:
+        now = host.read_cpu_times()
+        ratio = host.cpu_utilization(self._cpu_before, now)
+        self._cpu_before = now
+        sink.add(c.SYSTEM_CPU_UTILIZATION, {}, ratio)
+
+    def _memory(self, sink: Sink) -> None:
+        mem = host.read_memory()
+        for state, nbytes in mem.by_state.items():
+            sink.add(c.SYSTEM_MEMORY_USAGE, {"system_memory_state": state}, nbytes)
+        sink.add(c.SYSTEM_MEMORY_UTILIZATION, {}, mem.utilization_ratio)
+
+    def _filesystems(self, sink: Sink) -> None:
+        readings, errors = host.read_filesystems(
+            self.settings.procfs, self._fs_types, self._mountpoints
+        )
+        for fs in readings:
+            for state, nbytes in fs.by_state.items():
+                sink.add(c.SYSTEM_FILESYSTEM_USAGE, {
+                    "system_device": fs.device, "system_filesystem_mountpoint": fs.mountpoint,
+                    "system_filesystem_type": fs.fs_type, "system_filesystem_state": state,
+                }, nbytes)
+        for mountpoint, error in errors:
+            sink.fail(f"statvfs:{mountpoint}", f"statvfs {mountpoint}: {error}")
+
+    def _disk_io(self, sink: Sink) -> None:
+        for d in host.read_disks(self._disks):
+            sink.add(c.SYSTEM_DISK_IO, {"system_device": d.device, "disk_io_direction": "read"},
+                     d.read_bytes)
+            sink.add(c.SYSTEM_DISK_IO,
+                     {"system_device": d.device, "disk_io_direction": "write"}, d.write_bytes)
+
+    def _network(self, sink: Sink) -> None:
+        if self._netlink is None:
+            return
+        for i in self._netlink.read(self._interfaces):
+            for direction, nbytes, errors in (
+                ("receive", i.receive_bytes, i.receive_errors),
+                ("transmit", i.transmit_bytes, i.transmit_errors),
+            ):
+                labels = {"network_interface_name": i.name, "network_io_direction": direction}
+                sink.add(c.SYSTEM_NETWORK_IO, labels, nbytes)
+                sink.add(c.SYSTEM_NETWORK_ERRORS, labels, errors)

@@ -1,0 +1,251 @@
+"""Who is using the GPU: memory and utilization per process, with the executable,
+container and Kubernetes pod of each, and (opt-in) each GPU's pod on its device series.
+
+Sources: NVML for NVIDIA, DRM fdinfo for AMD and Intel (the shared walker in
+`readers.fdinfo`), `/proc/<pid>/{comm,cgroup,stat}` for the process, the kubelet's
+PodResources API for pod names. Each source is optional: without NVML, fdinfo clients or
+a kubelet the others still report.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpu_exporter import catalogue as c
+from gpu_exporter.collectors.base import Availability, Collector, Option, Sink
+from gpu_exporter.logs import forget, log_once
+from gpu_exporter.readers import fdinfo
+from gpu_exporter.readers.nvidia_processes import NvidiaProcessReader, NvmlUnavailable
+from gpu_exporter.readers.podresources import (
+    DEFAULT_SOCKET,
+    ContainerRef,
+    PodResourcesClient,
+    PodResourcesError,
+    socket_problem,
+)
+from gpu_exporter.readers.procinfo import ProcessInfo, ProcessTable
+from gpu_exporter.readers.sysfs import read_uevent
+from gpu_exporter.records import GpuTask
+
+log = logging.getLogger("gpu_exporter.processes")
+
+SOCKET_OPTION = "processes.kubelet-socket"
+DEVICE_LABELS_OPTION = "processes.kubernetes-device-labels"
+# Labels beyond the spec's process labels, from the same (OpenTelemetry) vocabulary.
+POD_UID = "k8s_pod_uid"
+CONTAINER_NAME = "k8s_container_name"
+_NO_POD = {"k8s_namespace_name": "", "k8s_pod_name": "", CONTAINER_NAME: ""}
+# Never wait longer than this on the kubelet, whatever the scrape timeout.
+_KUBELET_TIMEOUT = 2.0
+
+
+@dataclass
+class _Usage:
+    """One process on one device, merged from every context/client it holds there."""
+
+    memory_bytes: int | None = None
+    utilization: dict[GpuTask, float] | None = None
+
+
+class ProcessesCollector(Collector):
+    name = "processes"
+    help = ("GPU memory and utilization per process (NVML; DRM fdinfo for AMD and Intel) "
+            "with executable, container and Kubernetes pod.")
+    options = (
+        Option(SOCKET_OPTION, str, DEFAULT_SOCKET,
+               "kubelet PodResources socket: pod, namespace and container of each GPU and "
+               "process. Missing socket: no pod names, everything else still reported."),
+        Option(DEVICE_LABELS_OPTION, bool, False,
+               "Put k8s_pod_name, k8s_namespace_name and k8s_container_name of the pod a "
+               "GPU is allocated to on that GPU's device series.", is_flag=True),
+    )
+
+    def start(self) -> Availability:
+        self._table = ProcessTable(self.settings.procfs)
+        self._engines = fdinfo.EngineUsage()
+        self._socket = str(self.settings.option(SOCKET_OPTION, DEFAULT_SOCKET))
+        self._device_labels = bool(self.settings.option(DEVICE_LABELS_OPTION, False))
+        self._kubelet = PodResourcesClient(self._socket)
+        self._nvidia: NvidiaProcessReader | None = None
+        self._nvml_tried = 0.0
+        self._features: dict[str, Availability] = {}
+        self._try_nvml()
+        self._kubelet_state(socket_problem(self._socket))
+        return Availability.enabled("; ".join(
+            f"{name}: {a.state}" + (f" ({a.reason})" if a.reason else "")
+            for name, a in self._features.items()
+        ))
+
+    def features(self) -> Mapping[str, Availability]:
+        return dict(self._features)
+
+    def _try_nvml(self) -> None:
+        self._nvml_tried = time.monotonic()
+        reader = NvidiaProcessReader()
+        try:
+            reader.start()
+        except NvmlUnavailable as exc:
+            self._features["nvml"] = Availability.unavailable(str(exc))
+            return
+        self._nvidia = reader
+        self._features["nvml"] = Availability.enabled()
+
+    def _kubelet_state(self, problem: str | None) -> None:
+        self._features["kubelet"] = (Availability.unavailable(problem) if problem
+                                     else Availability.enabled(self._socket))
+
+    def close(self) -> None:
+        if self._nvidia is not None:
+            self._nvidia.close()
+            self._nvidia = None
+        self._kubelet.close()
+
+    # -- one scrape --------------------------------------------------------------------
+    def collect(self, sink: Sink) -> None:
+        if (self._nvidia is None
+                and time.monotonic() - self._nvml_tried >= self.settings.retry_interval_seconds):
+            self._try_nvml()
+        pods = self._pods(sink)
+        usage: dict[tuple[str, int], _Usage] = {}
+        self._collect_nvidia(sink, usage)
+        self._collect_fdinfo(sink, usage)
+        infos = self._table.lookup_many(pid for _, pid in usage)
+        self._table.prune()
+        uid_pods = _pods_by_uid(usage, infos, pods)
+        label_devices = self._device_labels and bool(pods)
+        for (device, pid), u in sorted(usage.items()):
+            labels = _process_labels(device, pid, infos.get(pid), pods, uid_pods)
+            if label_devices:
+                # The device's pod labels are joined into every series of the device; a
+                # process's own (even unknown = empty, i.e. absent in Prometheus) win, so
+                # a host process is never credited to the pod its GPU is allocated to.
+                labels = {**_NO_POD, **labels}
+            sink.add(c.PROCESS_GPU_MEMORY_USAGE, labels, u.memory_bytes, device=device)
+            for task, ratio in sorted((u.utilization or {}).items()):
+                sink.add(c.PROCESS_GPU_UTILIZATION, {**labels, c.HW_GPU_TASK: task}, ratio,
+                         device=device)
+        if self._device_labels and pods:
+            for device, refs in pods.items():
+                sink.label_device(device, _pod_labels(refs))
+
+    def _pods(self, sink: Sink) -> Mapping[str, tuple[ContainerRef, ...]] | None:
+        problem = socket_problem(self._socket)
+        self._kubelet_state(problem)
+        if problem is not None:
+            # Not a Kubernetes node (or no kubelet yet): nothing failed, pods are unknown.
+            log_once(log, "kubelet:absent", logging.INFO, "%s", problem)
+            return None
+        forget(log, "kubelet:absent")
+        try:
+            return self._kubelet.list_gpus(min(_KUBELET_TIMEOUT, max(0.1, sink.time_left())))
+        except PodResourcesError as exc:
+            sink.fail("kubelet", str(exc))
+            return None
+
+    def _collect_nvidia(self, sink: Sink, usage: dict[tuple[str, int], _Usage]) -> None:
+        if self._nvidia is None:
+            return
+        reading = self._nvidia.read()
+        for key, message in reading.failures:
+            sink.fail(key, message)
+        running: set[tuple[str, int]] = set()
+        for p in reading.processes:
+            running.add((p.device, p.pid))
+            usage.setdefault((p.device, p.pid), _Usage()).memory_bytes = p.memory_bytes
+        for u in reading.utilization:
+            # Samples of a process that has exited since are not reported: it is gone.
+            if (u.device, u.pid) in running:
+                usage[(u.device, u.pid)].utilization = dict(u.utilization_ratio)
+
+    def _collect_fdinfo(self, sink: Sink, usage: dict[tuple[str, int], _Usage]) -> None:
+        if not _drm_gpus_present(self.settings.sysfs):
+            return  # no AMD/Intel GPU: spare every scrape a walk over every open file
+        try:
+            clients = fdinfo.read_drm_clients(self.settings.procfs, deadline=sink.deadline)
+        except TimeoutError as exc:
+            sink.fail("fdinfo", str(exc))
+            return
+        ratios = {u.client.key: u.utilization_ratio for u in self._engines.update(clients)}
+        for client in clients:
+            u = usage.setdefault((client.pci_address, client.pid), _Usage())
+            # A process holding several DRM files on one GPU: their memory and busy
+            # time add up (each file is a separate client of the driver).
+            if client.vram_bytes is not None:
+                u.memory_bytes = (u.memory_bytes or 0) + client.vram_bytes
+            tasks = ratios.get(client.key)
+            if tasks is not None:
+                merged = u.utilization if u.utilization is not None else {}
+                for task, ratio in tasks.items():
+                    merged[task] = min(1.0, merged.get(task, 0.0) + ratio)
+                u.utilization = merged
+
+
+def _drm_gpus_present(sysfs: str) -> bool:
+    """Whether a DRM card of a driver with fdinfo clients (amdgpu, i915, xe) exists."""
+    for card in Path(sysfs, "class", "drm").glob("card[0-9]*"):
+        if "-" in card.name:
+            continue  # a connector (card0-DP-1)
+        if read_uevent(card / "device" / "uevent").get("DRIVER") in fdinfo.DRIVERS:
+            return True
+    return False
+
+
+def _pods_by_uid(
+    usage: Mapping[tuple[str, int], _Usage], infos: Mapping[int, ProcessInfo],
+    pods: Mapping[str, tuple[ContainerRef, ...]] | None,
+) -> dict[str, tuple[str, str]]:
+    """Pod uid (from a process's cgroup) -> (namespace, pod name), learnt from processes on
+    a GPU allocated to exactly one pod. The kubelet API names pods but gives no uid; this
+    also names the pod of a process on a GPU shared by several pods (time-slicing)."""
+    out: dict[str, tuple[str, str]] = {}
+    if not pods:
+        return out
+    for device, pid in usage:
+        info = infos.get(pid)
+        if info is None or info.pod_uid is None:
+            continue
+        candidates = {(r.namespace, r.pod_name) for r in pods.get(device, ())}
+        if len(candidates) == 1:
+            out.setdefault(info.pod_uid, next(iter(candidates)))
+    return out
+
+
+def _process_labels(
+    device: str, pid: int, info: ProcessInfo | None,
+    pods: Mapping[str, tuple[ContainerRef, ...]] | None,
+    uid_pods: Mapping[str, tuple[str, str]],
+) -> dict[str, str]:
+    labels = {"process_pid": str(pid)}
+    if info is None:
+        return labels  # exited during the scrape, or in a pid namespace we cannot see
+    if info.executable_name:
+        labels["process_executable_name"] = info.executable_name
+    if info.container_id:
+        labels["container_id"] = info.container_id
+    if info.pod_uid is None:
+        return labels  # a host process is never labelled with the pod its GPU serves
+    labels[POD_UID] = info.pod_uid
+    pod = uid_pods.get(info.pod_uid)
+    if pod is None:
+        return labels
+    labels["k8s_namespace_name"], labels["k8s_pod_name"] = pod
+    containers = {r.container_name for r in (pods or {}).get(device, ())
+                  if (r.namespace, r.pod_name) == pod}
+    if len(containers) == 1:
+        labels[CONTAINER_NAME] = next(iter(containers))
+    return labels
+
+
+def _pod_labels(refs: tuple[ContainerRef, ...]) -> dict[str, str]:
+    """A GPU shared by several pods (time-slicing) lists them all, comma-separated in the
+    same order in each label (the n-th namespace goes with the n-th pod and container),
+    so the device stays one series."""
+    return {
+        "k8s_namespace_name": ",".join(r.namespace for r in refs),
+        "k8s_pod_name": ",".join(r.pod_name for r in refs),
+        CONTAINER_NAME: ",".join(r.container_name for r in refs),
+    }

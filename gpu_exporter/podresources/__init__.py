@@ -1,0 +1,1 @@
+"""The kubelet PodResources v1 API: vendored api.proto and its generated stubs."""

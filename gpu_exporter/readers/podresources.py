@@ -1,0 +1,133 @@
+"""Which Kubernetes pod and container each GPU is allocated to: the kubelet's PodResources
+`v1` gRPC API (`List`) over its unix socket.
+
+Device ids are what the device plugins hand the kubelet: `nvidia.com/gpu` and
+`nvidia.com/mig-*` give GPU/MIG UUIDs (time-sliced replicas append `::<n>`),
+`amd.com/gpu` gives PCI addresses. They are normalised to the `hw_id` / PCI address form
+the exporter joins device labels on.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import grpc
+
+from gpu_exporter.podresources import api_pb2, api_pb2_grpc
+
+DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+# Resource names of GPU device plugins (NVIDIA, NVIDIA MIG "mixed" strategy, AMD, Intel).
+_GPU_RESOURCE = re.compile(r"^(nvidia\.com/(gpu|mig-.+)|amd\.com/gpu|gpu\.intel\.com/.+)$")
+_REPLICA = re.compile(r"::\d+$")  # NVIDIA time-slicing / MPS replica suffix
+_PCI = re.compile(r"^(?:([0-9a-fA-F]{4,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
+# The kubelet's own limit for this API's responses is 16 MiB.
+_MAX_MESSAGE = 16 * 1024 * 1024
+
+
+class PodResourcesError(Exception):
+    """The socket exists but the kubelet did not answer List."""
+
+
+@dataclass(frozen=True, order=True)
+class ContainerRef:
+    namespace: str
+    pod_name: str
+    container_name: str
+
+
+def normalise_device_id(device_id: str) -> str:
+    """`GPU-…::3` -> `GPU-…`; `03:00.0` / `0000:03:00.0` -> `0000:03:00.0`."""
+    device_id = _REPLICA.sub("", device_id.strip())
+    pci = _PCI.match(device_id)
+    if pci:
+        domain, bus, dev, fn = pci.groups()
+        domain = (domain or "0")[-4:].rjust(4, "0")
+        return f"{domain}:{bus}:{dev}.{fn}".lower()
+    return device_id
+
+
+def is_gpu_resource(resource_name: str) -> bool:
+    return bool(_GPU_RESOURCE.match(resource_name))
+
+
+def gpu_allocations(
+    response: api_pb2.ListPodResourcesResponse,
+) -> dict[str, tuple[ContainerRef, ...]]:
+    """Device id (normalised) -> the containers it is allocated to, sorted. A time-sliced
+    GPU may be allocated to several containers."""
+    out: dict[str, set[ContainerRef]] = {}
+    for pod in response.pod_resources:
+        for container in pod.containers:
+            ref = ContainerRef(pod.namespace, pod.name, container.name)
+            for devices in container.devices:
+                if not is_gpu_resource(devices.resource_name):
+                    continue
+                for device_id in devices.device_ids:
+                    out.setdefault(normalise_device_id(device_id), set()).add(ref)
+    return {k: tuple(sorted(v)) for k, v in out.items()}
+
+
+def socket_problem(path: str) -> str | None:
+    """Why `path` is not a usable kubelet socket, or None when it looks like one."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return f"no kubelet PodResources socket at {path} (not a Kubernetes node?)"
+    except OSError as exc:
+        return f"cannot reach the kubelet PodResources socket {path}: {exc.strerror}"
+    if not stat.S_ISSOCK(st.st_mode):
+        return f"{path} is not a socket"
+    if not os.access(path, os.R_OK | os.W_OK):
+        return f"no permission to use the kubelet PodResources socket {path}"
+    return None
+
+
+class PodResourcesClient:
+    """One long-lived channel to the kubelet; `list_gpus()` once a scrape."""
+
+    def __init__(self, socket_path: str = DEFAULT_SOCKET) -> None:
+        self.socket_path = socket_path
+        self._lock = threading.Lock()
+        self._channel: grpc.Channel | None = None
+        self._stub: api_pb2_grpc.PodResourcesListerStub | None = None
+
+    def _stub_now(self) -> api_pb2_grpc.PodResourcesListerStub:
+        with self._lock:
+            if self._stub is None:
+                self._channel = grpc.insecure_channel(
+                    "unix://" + os.path.abspath(self.socket_path),
+                    options=[("grpc.max_receive_message_length", _MAX_MESSAGE)],
+                )
+                # The generated gRPC module has no type annotations (protoc emits none).
+                self._stub = api_pb2_grpc.PodResourcesListerStub(  # type: ignore[no-untyped-call]
+                    self._channel
+                )
+            return self._stub
+
+    def list_gpus(self, timeout: float) -> Mapping[str, tuple[ContainerRef, ...]]:
+        """Raises PodResourcesError when the kubelet does not answer in `timeout`."""
+        stub = self._stub_now()
+        try:
+            response = stub.List(api_pb2.ListPodResourcesRequest(), timeout=timeout)
+        except grpc.RpcError as exc:
+            code = exc.code() if hasattr(exc, "code") else None
+            detail = exc.details() if hasattr(exc, "details") else str(exc)
+            # A kubelet that restarted leaves a dead channel behind: start afresh next time.
+            self.close()
+            name = code.name if code is not None else "error"
+            raise PodResourcesError(
+                f"kubelet PodResources List on {self.socket_path}: {name} {detail}"
+            ) from None
+        return gpu_allocations(response)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._channel is not None:
+                self._channel.close()
+            self._channel = None
+            self._stub = None

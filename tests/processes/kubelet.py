@@ -1,0 +1,67 @@
+"""A real gRPC PodResources `v1` server (the kubelet's proto) on a unix socket, serving
+the pods a test sets: the exporter talks to it exactly as it talks to a kubelet."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from concurrent import futures
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from gpu_exporter.podresources import api_pb2, api_pb2_grpc
+
+
+@dataclass
+class Container:
+    name: str
+    devices: dict[str, list[str]] = field(default_factory=dict)  # resource -> device ids
+    cpu_ids: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Pod:
+    namespace: str
+    name: str
+    containers: list[Container]
+
+
+class FakeKubelet(api_pb2_grpc.PodResourcesListerServicer):  # type: ignore[misc]
+    def __init__(self, pods: Sequence[Pod]) -> None:
+        self.pods = list(pods)
+        self.calls = 0
+        self._lock = threading.Lock()
+
+    def List(self, request: Any, context: Any) -> Any:  # the gRPC method name
+        with self._lock:
+            self.calls += 1
+            pods = list(self.pods)
+        return api_pb2.ListPodResourcesResponse(pod_resources=[
+            api_pb2.PodResources(
+                name=p.name, namespace=p.namespace,
+                containers=[
+                    api_pb2.ContainerResources(
+                        name=c.name, cpu_ids=c.cpu_ids,
+                        devices=[api_pb2.ContainerDevices(resource_name=r, device_ids=ids)
+                                 for r, ids in c.devices.items()],
+                    ) for c in p.containers
+                ],
+            ) for p in pods
+        ])
+
+
+@contextmanager
+def kubelet(socket_path: Path, pods: Sequence[Pod]) -> Iterator[FakeKubelet]:
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    servicer = FakeKubelet(pods)
+    api_pb2_grpc.add_PodResourcesListerServicer_to_server(servicer, server)
+    assert server.add_insecure_port(f"unix://{socket_path}") != 0 or socket_path.exists()
+    server.start()
+    try:
+        yield servicer
+    finally:
+        server.stop(grace=None).wait()
