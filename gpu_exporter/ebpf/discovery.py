@@ -1,0 +1,144 @@
+"""Which CUDA libraries are mapped, by whom, and where: /proc/<pid>/maps.
+
+A library is identified by its file (device, inode), not its path: the same file seen
+by many processes, or under other paths inside containers, is probed once. It is opened
+through /proc/<pid>/map_files/<range> (or /proc/<pid>/root/<path>), which reaches a
+container's copy from the host.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from gpu_exporter.ebpf.abi import MARKER_SYMBOLS
+from gpu_exporter.ebpf.elf import ElfError, defines_any, read_symbols
+
+FileId = tuple[str, int]  # (device "maj:min" as in maps, inode)
+
+_NAMED = re.compile(r"^lib(cudart|cuda)([-.][^/]*)?\.so(\.[0-9.]+)?$")
+
+
+@dataclass(frozen=True)
+class Mapping:
+    start: int
+    end: int
+    offset: int
+    file: FileId
+    path: str  # as the process sees it
+    executable: bool
+
+
+def parse_maps(text: str) -> list[Mapping]:
+    out = []
+    for line in text.splitlines():
+        parts = line.split(None, 5)
+        if len(parts) < 6 or not parts[5].startswith("/"):
+            continue
+        rng, perms, offset, dev, inode, path = parts
+        if inode == "0":
+            continue
+        lo, _, hi = rng.partition("-")
+        out.append(Mapping(int(lo, 16), int(hi, 16), int(offset, 16), (dev, int(inode)),
+                           path.removesuffix(" (deleted)"), "x" in perms))
+    return out
+
+
+def read_maps(procfs: str, pid: int) -> list[Mapping]:
+    try:
+        with open(f"{procfs}/{pid}/maps") as f:
+            return parse_maps(f.read())
+    except OSError:
+        return []
+
+
+def pids(procfs: str) -> Iterator[int]:
+    try:
+        names = os.listdir(procfs)
+    except OSError:
+        return
+    for name in names:
+        if name.isdigit():
+            yield int(name)
+
+
+def same_file(path: str, file: FileId) -> bool:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return (f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}", st.st_ino) == file
+
+
+def open_path(procfs: str, pid: int, m: Mapping) -> str:
+    """A path that opens this mapping's file from here, even inside a container; once
+    the process is gone, the path it saw if that is still the same file."""
+    via_map_files = f"{procfs}/{pid}/map_files/{m.start:x}-{m.end:x}"
+    if os.path.exists(via_map_files):
+        return via_map_files
+    via_root = f"{procfs}/{pid}/root{m.path}"
+    if os.path.exists(via_root) or not same_file(m.path, m.file):
+        return via_root
+    return m.path
+
+
+@dataclass(frozen=True)
+class Candidate:
+    file: FileId
+    pid: int
+    path: str  # as the process sees it
+    open_path: str
+
+
+class Scanner:
+    """Finds CUDA library files mapped by any process. Remembers which files it has
+    judged (by device and inode) so a rescan only reads the maps."""
+
+    def __init__(self, procfs: str) -> None:
+        self.procfs = procfs
+        self._judged: dict[FileId, bool] = {}
+        # The maps of the processes that map a CUDA library, as of the last scan: kernel
+        # names of a process that exits right after launching are still resolvable.
+        self.cuda_maps: dict[int, list[Mapping]] = {}
+
+    def scan(self) -> dict[FileId, Candidate]:
+        found: dict[FileId, Candidate] = {}
+        cuda_maps: dict[int, list[Mapping]] = {}
+        self_pid = os.getpid()
+        for pid in pids(self.procfs):
+            if pid == self_pid:
+                continue
+            maps = read_maps(self.procfs, pid)
+            for m in maps:
+                if not m.executable:
+                    continue
+                if self._judged.get(m.file):
+                    cuda_maps[pid] = maps
+                if m.file in found:
+                    continue
+                verdict = self._judged.get(m.file)
+                if verdict is None:
+                    verdict = self._judge(pid, m)
+                    if verdict is None:
+                        continue  # could not open it now: judge it again next time
+                    self._judged[m.file] = verdict
+                if verdict:
+                    cuda_maps[pid] = maps
+                    found[m.file] = Candidate(m.file, pid, m.path, open_path(self.procfs, pid, m))
+        self.cuda_maps = cuda_maps
+        return found
+
+    def _judge(self, pid: int, m: Mapping) -> bool | None:
+        if _NAMED.match(os.path.basename(m.path)):
+            return True
+        path = open_path(self.procfs, pid, m)
+        if not os.path.exists(path):
+            return None
+        if not defines_any(path, MARKER_SYMBOLS):  # cheap: most files stop here
+            return False
+        try:  # the name may be an import only (a program linked against libcudart)
+            return bool(read_symbols(path, MARKER_SYMBOLS).functions)
+        except ElfError:
+            return False

@@ -1,0 +1,64 @@
+"""What one read of the eBPF maps returns: typed, in base units (bytes, seconds), with
+histograms already as Prometheus cumulative buckets. No prometheus_client here."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+# Fixed bucket bounds. The BPF side keeps log2 slots (slot s holds values in
+# (2^(s-1), 2^s]); every bound below is a power of two, so the cumulative counts are exact.
+BYTES_BOUNDS_LOG2: tuple[int, ...] = tuple(range(0, 35, 2))  # 1 B .. 16 GiB, x4
+GRID_BOUNDS_LOG2: tuple[int, ...] = tuple(range(0, 33, 2))  # 1 .. 2^32 blocks, x4
+BLOCK_BOUNDS_LOG2: tuple[int, ...] = tuple(range(0, 11))  # 1 .. 1024 threads, x2
+SECONDS_BOUNDS_LOG2_NS: tuple[int, ...] = tuple(range(10, 35, 2))  # ~1 µs .. ~17 s, x4
+
+
+@dataclass(frozen=True)
+class Histogram:
+    buckets: tuple[tuple[float, float], ...]  # (upper bound, cumulative count), +Inf last
+    sum: float  # in the family's base unit
+
+    @property
+    def count(self) -> float:
+        return self.buckets[-1][1]
+
+
+def cumulative(
+    slots: Mapping[int, int], total: float, bounds_log2: Sequence[int], scale: float = 1.0
+) -> Histogram:
+    """log2 slots -> cumulative buckets at 2^b * scale for b in bounds_log2, then +Inf."""
+    out: list[tuple[float, float]] = []
+    for b in bounds_log2:
+        out.append((float(2**b) * scale, float(sum(n for s, n in slots.items() if s <= b))))
+    out.append((float("inf"), float(sum(slots.values()))))
+    return Histogram(tuple(out), total * scale)
+
+
+@dataclass(frozen=True)
+class Launches:
+    kernel_name: str
+    executable: str
+    api: str  # runtime | driver | graph
+    pid: int | None  # only with --ebpf.pid-label
+    count: int
+
+
+@dataclass(frozen=True)
+class LabelledHistogram:
+    labels: Mapping[str, str]  # the family's own labels
+    histogram: Histogram
+
+
+@dataclass(frozen=True)
+class CudaActivity:
+    launches: Sequence[Launches]
+    grid_size: Sequence[LabelledHistogram]  # blocks per grid
+    block_size: Sequence[LabelledHistogram]  # threads per block
+    kernel_duration_seconds: Sequence[LabelledHistogram]
+    copies_bytes: Sequence[LabelledHistogram]
+    allocations_bytes: Sequence[LabelledHistogram]
+    sync_duration_seconds: Sequence[LabelledHistogram]
+    dropped: Mapping[str, int]  # reason -> events lost since start
+    attached_libraries: Sequence[str]  # paths as the first process seen mapping them saw
+    kernel_names_overflow: int  # launches reported as cuda_kernel_name="other"

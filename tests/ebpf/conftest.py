@@ -1,0 +1,122 @@
+"""Builds the fake CUDA libraries and the workloads once per session (gcc/g++), and
+drives workload processes that wait on stdin until the probes are attached."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import Exporter, find, parse, require_tool
+
+CSRC = Path(__file__).parent / "csrc"
+
+
+@dataclass(frozen=True)
+class Build:
+    dir: Path
+
+    def path(self, name: str) -> str:
+        return str(self.dir / name)
+
+
+def build_into(out: Path) -> Build:
+    """libcuda.so.1, libcudart.so.12 (which calls the driver like the real one) and the
+    programs, all with an $ORIGIN rpath so a copy of the folder uses its own copies."""
+    gcc, gxx = require_tool("gcc"), require_tool("g++")
+    out.mkdir(parents=True, exist_ok=True)
+    rpath = "-Wl,-rpath,$ORIGIN"
+    steps = [
+        [gcc, "-O0", "-shared", "-fPIC", "-o", "libcuda.so.1", str(CSRC / "fake_cuda.c"),
+         "-Wl,-soname,libcuda.so.1"],
+        ["ln", "-sf", "libcuda.so.1", "libcuda.so"],
+        [gcc, "-O0", "-shared", "-fPIC", "-o", "libcudart.so.12", str(CSRC / "fake_cudart.c"),
+         "-Wl,-soname,libcudart.so.12", "-L.", "-lcuda", rpath],
+        ["ln", "-sf", "libcudart.so.12", "libcudart.so"],
+        [gxx, "-O0", "-o", "workload", str(CSRC / "workload.cpp"), "-L.", "-lcudart", "-lcuda",
+         rpath, "-pthread"],
+        [gcc, "-O0", "-o", "driver_only", str(CSRC / "driver_only.c"), "-L.", "-lcuda", rpath],
+        # The runtime linked statically into the program (no libcudart*.so mapped): found
+        # because the executable itself defines cudaLaunchKernel.
+        [gcc, "-O0", "-c", "-fPIC", "-o", "cudart_static.o", str(CSRC / "fake_cudart.c")],
+        [gxx, "-O0", "-o", "wl_static", str(CSRC / "workload.cpp"), "cudart_static.o", "-L.",
+         "-lcuda", rpath, "-pthread"],
+        [gcc, "-O0", "-o", "launch_loop", str(CSRC / "launch_loop.c"), "-L.", "-lcudart",
+         "-lcuda", rpath],
+        [gcc, "-O0", "-o", "offsets", str(CSRC / "offsets.c")],
+    ]
+    for cmd in steps:
+        res = subprocess.run(cmd, cwd=out, capture_output=True, text=True, timeout=120)
+        assert res.returncode == 0, f"{' '.join(cmd)} failed:\n{res.stderr}"
+    return Build(out)
+
+
+@pytest.fixture(scope="session")
+def cuda_build(tmp_path_factory: pytest.TempPathFactory) -> Build:
+    return build_into(tmp_path_factory.mktemp("cuda-fake"))
+
+
+def copy_program(build: Build, program: str, as_name: str) -> str:
+    """The same program under another executable name (process_executable_name)."""
+    dst = build.dir / as_name
+    if not dst.exists():
+        shutil.copy2(build.dir / program, dst)
+    return str(dst)
+
+
+class Workload:
+    """A workload process that has mapped the libraries and waits for "go"."""
+
+    def __init__(self, argv: Sequence[str]) -> None:
+        self.argv = list(argv)
+        self.proc = subprocess.Popen(
+            [*argv, "--wait"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True,
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        assert line.strip() == "ready", f"{argv}: {line!r} {self.proc.stderr}"
+
+    def go(self, timeout: float = 60) -> None:
+        out, err = self.proc.communicate("go\n", timeout=timeout)
+        assert self.proc.returncode == 0, f"{self.argv} exited {self.proc.returncode}: {err}"
+        assert out.strip().endswith("done"), out
+
+
+def wait_until(cond: Callable[[], bool], what: str, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def attached(exp: Exporter) -> set[str]:
+    series = parse(exp.scrape())
+    return {s.labels["library"] for s in find(series, "gpu_exporter_ebpf_attached_libraries")
+            if s.value == 1}
+
+
+def wait_attached(exp: Exporter, build_dir: Path | str) -> None:
+    want = {f"{build_dir}/libcuda.so.1", f"{build_dir}/libcudart.so.12"}
+    wait_until(lambda: want <= attached(exp), f"probes on {want}")
+
+
+def only_ebpf_args() -> list[str]:
+    from gpu_exporter.collectors import REGISTRY
+
+    return [f"--no-collector.{c.name}" for c in REGISTRY if c.name != "ebpf"]
+
+
+@pytest.fixture()
+def workloads() -> Iterator[list[Workload]]:
+    started: list[Workload] = []
+    yield started
+    for w in started:
+        if w.proc.poll() is None:
+            w.proc.kill()
+            w.proc.wait()

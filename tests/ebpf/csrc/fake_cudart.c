@@ -1,0 +1,62 @@
+/* A fake libcudart.so.12: the real runtime entry points with real signatures, calling
+ * the (fake) driver the way the real runtime does, so a runtime call that goes through
+ * the driver can be checked to count once. */
+#include "cuda_fake.h"
+#include <stdint.h>
+#include <stdlib.h>
+
+cudaError_t cudaLaunchKernel(const void *func, dim3 g, dim3 b, void **args, size_t smem,
+                             cudaStream_t s) {
+  return cuLaunchKernel((CUfunction)func, g.x, g.y, g.z, b.x, b.y, b.z, (unsigned)smem,
+                        (CUstream)s, args, NULL);
+}
+cudaError_t cudaLaunchCooperativeKernel(const void *func, dim3 g, dim3 b, void **args,
+                                        size_t smem, cudaStream_t s) {
+  return cuLaunchCooperativeKernel((CUfunction)func, g.x, g.y, g.z, b.x, b.y, b.z,
+                                   (unsigned)smem, (CUstream)s, args);
+}
+cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *c, const void *func, void **args) {
+  CUlaunchConfig cu = {c->gridDim.x, c->gridDim.y, c->gridDim.z, c->blockDim.x,
+                       c->blockDim.y, c->blockDim.z, (unsigned)c->dynamicSmemBytes,
+                       (CUstream)c->stream, NULL, 0};
+  return cuLaunchKernelEx(&cu, (CUfunction)func, args, NULL);
+}
+cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t s) {
+  return cuGraphLaunch((CUgraphExec)e, (CUstream)s);
+}
+cudaError_t __cudaGetKernel(cudaKernel_t *kernel, const void *hostFun) {
+  /* An opaque handle that is not the host function's address. */
+  *kernel = (cudaKernel_t)((uintptr_t)malloc(32) | 1u);
+  (void)hostFun;
+  return 0;
+}
+cudaError_t cudaMalloc(void **p, size_t n) { return cuMemAlloc_v2((CUdeviceptr *)p, n); }
+cudaError_t cudaMallocAsync(void **p, size_t n, cudaStream_t s) {
+  return cuMemAllocAsync((CUdeviceptr *)p, n, (CUstream)s);
+}
+cudaError_t cudaMallocManaged(void **p, size_t n, unsigned int flags) {
+  return cuMemAllocManaged((CUdeviceptr *)p, n, flags);
+}
+cudaError_t cudaFree(void *p) { return cuMemFree_v2((CUdeviceptr)p); }
+
+static CUresult copy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind) {
+  switch (kind) {
+  case cudaMemcpyHostToDevice: return cuMemcpyHtoD_v2((CUdeviceptr)dst, src, n);
+  case cudaMemcpyDeviceToHost: return cuMemcpyDtoH_v2(dst, (CUdeviceptr)src, n);
+  case cudaMemcpyDeviceToDevice: return cuMemcpyDtoD_v2((CUdeviceptr)dst, (CUdeviceptr)src, n);
+  default: return cuMemcpy((CUdeviceptr)dst, (CUdeviceptr)src, n);
+  }
+}
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind) {
+  return copy(dst, src, n, kind);
+}
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind,
+                            cudaStream_t s) {
+  if (kind == cudaMemcpyHostToDevice)
+    return cuMemcpyHtoDAsync_v2((CUdeviceptr)dst, src, n, (CUstream)s);
+  return copy(dst, src, n, kind);
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t s) { return cuStreamSynchronize((CUstream)s); }
+cudaError_t cudaDeviceSynchronize(void) { return cuCtxSynchronize(); }
+cudaError_t cudaEventSynchronize(cudaEvent_t e) { return cuEventSynchronize(e); }
+cudaError_t cudaSetDevice(int device) { (void)device; return 0; }

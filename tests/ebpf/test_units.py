@@ -1,0 +1,238 @@
+"""Unit tests of the pieces the probes rely on: every decoding offset against the
+compiler's own layout, ELF symbol lookup, demangling, the name cap, /proc maps parsing,
+and the log2-to-cumulative bucket conversion."""
+
+from __future__ import annotations
+
+import math
+import re
+import subprocess
+
+import pytest
+
+from gpu_exporter.ebpf import abi
+from gpu_exporter.ebpf.discovery import _NAMED, parse_maps
+from gpu_exporter.ebpf.elf import ElfError, read_symbols
+from gpu_exporter.ebpf.names import OTHER, UNKNOWN, NameCap, demangle, kernel_name
+from gpu_exporter.ebpf.probes import program_text
+from gpu_exporter.ebpf.reading import BYTES_BOUNDS_LOG2, cumulative
+from tests.ebpf.conftest import CSRC, Build
+
+
+@pytest.fixture(scope="module")
+def offsets(cuda_build: Build) -> dict[str, list[int]]:
+    out = subprocess.run([cuda_build.path("offsets")], capture_output=True, text=True,
+                         check=True, timeout=30).stdout
+    return {line.split()[0]: [int(x) for x in line.split()[1:]] for line in out.splitlines()}
+
+
+def test_launch_config_struct_offsets(offsets: dict[str, list[int]]) -> None:
+    for name in ("LCFG_GRID_OFF", "LCFG_BLOCK_OFF", "LCFG_SMEM_OFF", "LCFG_STREAM_OFF",
+                 "CULCFG_GRID_OFF", "CULCFG_BLOCK_OFF", "CULCFG_SMEM_OFF",
+                 "CULCFG_STREAM_OFF"):
+        assert offsets[name] == [getattr(abi, name)], name
+    assert offsets["DIM3_SIZE"] == [12]
+
+
+def _words(offsets: dict[str, list[int]], fn: str) -> tuple[list[int], list[int]]:
+    """(argument registers rdi..r9, stack slots 1..3) at the callee's first instruction."""
+    w = offsets[fn]
+    return w[:6], [0, *w[6:]]  # stack slot 0 is the return address
+
+
+def test_cuda_launch_kernel_registers_and_stack(offsets: dict[str, list[int]]) -> None:
+    # cudaLaunchKernel(0x1111, dim3{3,5,7}, dim3{32,4,2}, 0x2222, 4096, 0x5000)
+    regs, stack = _words(offsets, "cudaLaunchKernel")
+    assert regs[0] == 0x1111  # PARM1: the host function
+    assert regs[1] == 3 | 5 << 32 and regs[2] & 0xFFFFFFFF == 7  # grid: x|y, then z
+    assert regs[3] == 32 | 4 << 32 and regs[4] & 0xFFFFFFFF == 2  # block: x|y, then z
+    assert regs[5] == 0x2222  # args
+    assert stack[abi.RT_LAUNCH_SHARED_STACK_SLOT] == 4096
+    assert stack[abi.RT_LAUNCH_STREAM_STACK_SLOT] == 0x5000
+
+
+def test_cu_launch_kernel_registers_and_stack(offsets: dict[str, list[int]]) -> None:
+    # cuLaunchKernel(0x1111, 3, 5, 7, 32, 4, 2, 4096, 0x5000, 0x2222, 0x3333)
+    regs, stack = _words(offsets, "cuLaunchKernel")
+    assert [r & 0xFFFFFFFF for r in regs] == [0x1111, 3, 5, 7, 32, 4]
+    assert stack[abi.CU_LAUNCH_BZ_STACK_SLOT] & 0xFFFFFFFF == 2
+    assert stack[abi.CU_LAUNCH_SHARED_STACK_SLOT] & 0xFFFFFFFF == 4096
+    assert stack[abi.CU_LAUNCH_STREAM_STACK_SLOT] == 0x5000
+
+
+def test_memcpy_size_and_kind_registers(offsets: dict[str, list[int]]) -> None:
+    regs, _ = _words(offsets, "cudaMemcpy")
+    assert regs[2] == 12345  # PARM3: count
+    assert regs[3] & 0xFFFFFFFF == abi.MEMCPY_DEVICE_TO_HOST == 2  # PARM4: kind
+
+
+def test_memcpy_kind_enum_and_names() -> None:
+    assert abi.MEMCPY_KIND_NAMES == {0: "HostToHost", 1: "HostToDevice", 2: "DeviceToHost",
+                                     3: "DeviceToDevice", 4: "Default"}
+    header = (CSRC / "cuda_fake.h").read_text()
+    for value, name in abi.MEMCPY_KIND_NAMES.items():
+        assert f"cudaMemcpy{name} = {value}" in header
+
+
+def test_program_uses_only_defined_constants() -> None:
+    defined = {d[2:].split("=")[0] for d in abi.defines()}
+    defined |= set(re.findall(r"#define ([A-Z_]+)", program_text()))
+    code = re.sub(r"//[^\n]*|/\*.*?\*/", "", program_text(), flags=re.S)
+    used = set(re.findall(r"\b([A-Z][A-Z0-9_]{3,})\b", code))
+    not_ours = {"BPF_HASH", "BPF_ARRAY", "BPF_PERCPU_ARRAY", "BPF_RINGBUF_OUTPUT", "PT_REGS_PARM1",
+                "PT_REGS_PARM2", "PT_REGS_PARM3", "PT_REGS_PARM4", "PT_REGS_PARM5",
+                "PT_REGS_PARM6", "PT_REGS_SP", "PT_REGS_RC", "E2BIG"}
+    assert used - not_ours <= defined, used - not_ours - defined
+    assert len(set(abi.DROP_NAMES)) == abi.DROP_REASONS
+
+
+def test_every_probe_names_a_program_in_the_source() -> None:
+    text = program_text()
+    for p in abi.ALL_PROBES:
+        assert f"int {p.program}(struct pt_regs *ctx)" in text, p
+        if p.returns:
+            assert f"int {p.returns}(struct pt_regs *ctx)" in text, p
+    # Every runtime entry point has a return probe (the "inside the runtime" marker).
+    assert all(p.returns == "rt_ret" for p in abi.RUNTIME_PROBES)
+
+
+def test_elf_symbols_and_address_lookup(cuda_build: Build) -> None:
+    syms = read_symbols(cuda_build.path("workload"))
+    gemm = syms.functions["_ZN2ml4gemmIfLi4EEEvPT_i"]
+    assert syms.function_at(gemm) == "_ZN2ml4gemmIfLi4EEEvPT_i"
+    assert syms.function_at(gemm + 1) == "_ZN2ml4gemmIfLi4EEEvPT_i"  # inside its body
+    # A static function is only in .symtab.
+    assert "_ZN12_GLOBAL__N_16helperEv" in syms.functions
+    seg = next(s for s in syms.segments if s.vaddr <= gemm < s.vaddr + s.filesz)
+    assert syms.vaddr_of_offset(gemm - seg.vaddr + seg.offset) == gemm
+    lib = read_symbols(cuda_build.path("libcudart.so.12"))
+    assert {"cudaLaunchKernel", "cudaMemcpy", "__cudaGetKernel"} <= set(lib.functions)
+    assert "cuLaunchKernel" not in lib.functions  # imported, not defined
+    with pytest.raises(ElfError):
+        read_symbols(str(CSRC / "cuda_fake.h"))
+
+
+@pytest.mark.parametrize(("symbol", "name"), [
+    ("_ZN2ml4gemmIfLi4EEEvPT_i", "ml::gemm"),
+    ("_Z6vecAddPfS_S_i", "vecAdd"),
+    ("_ZN12_GLOBAL__N_16helperEv", "(anonymous namespace)::helper"),
+    ("_ZN2ns7Handled3runEi", "ns::Handled::run"),
+    ("_ZN6triton9matmul_v2IfLi2EEEvPT_i", "triton::matmul_v2"),
+    ("_ZN2ns1SIiE3runEv", "ns::S::run"),  # template arguments of a class
+    ("_ZN2nsltERKNS_1AES2_", "ns::operator<"),
+    ("_ZNK2ns1A1fEv", "ns::A::f"),  # const member function
+    ("kern_007", "kern_007"),  # C names stay
+    ("_Znot_valid", "_Znot_valid"),  # not demanglable: kept as the symbol
+])
+def test_kernel_names(symbol: str, name: str) -> None:
+    assert kernel_name(symbol) == name
+
+
+def test_demangle_is_libstdcxx() -> None:
+    assert demangle("_ZN2ml4gemmIfLi4EEEvPT_i") == "void ml::gemm<float, 4>(float*, int)"
+
+
+def test_name_cap_keeps_first_names_and_unknown_is_free() -> None:
+    cap = NameCap(2)
+    assert [cap.admit(n) for n in ("a", "b", "c", "a", "d", "b")] == [
+        "a", "b", OTHER, "a", OTHER, "b"]
+    assert cap.admit(UNKNOWN) == UNKNOWN
+
+
+def test_library_names_matched() -> None:
+    for name in ("libcudart.so.12", "libcudart.so", "libcuda.so.1", "libcuda.so.550.54.15",
+                 "libcudart-d0da41ae.so.11.0", "libcudart.so.12.4.127"):
+        assert _NAMED.match(name), name
+    for name in ("libcudadebugger.so.1", "libcudnn.so.9", "libcublas.so.12", "libc.so.6"):
+        assert not _NAMED.match(name), name
+
+
+def test_parse_maps() -> None:
+    text = (
+        "7f00aa000000-7f00aa010000 r-xp 00002000 fd:01 123456   /usr/lib/libcudart.so.12\n"
+        "7f00aa010000-7f00aa020000 rw-p 00000000 00:00 0 \n"
+        "7f00ab000000-7f00ab001000 r--p 00000000 00:2a 77  /tmp/x/libcuda.so.1 (deleted)\n"
+        "7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0  [stack]\n"
+    )
+    maps = parse_maps(text)
+    assert [(m.start, m.offset, m.file, m.path, m.executable) for m in maps] == [
+        (0x7F00AA000000, 0x2000, ("fd:01", 123456), "/usr/lib/libcudart.so.12", True),
+        (0x7F00AB000000, 0, ("00:2a", 77), "/tmp/x/libcuda.so.1", False),
+    ]
+
+
+def test_log2_slots_to_cumulative_buckets() -> None:
+    # slot s holds values in (2^(s-1), 2^s]: 1 -> 0, 2 -> 1, 1000 -> 10, 4096 -> 12
+    h = cumulative({0: 1, 1: 2, 10: 3, 12: 1}, total=1 + 4 + 3000 + 4096,
+                   bounds_log2=BYTES_BOUNDS_LOG2)
+    got = dict(h.buckets)
+    assert (got[1], got[4], got[16], got[1024], got[4096], got[math.inf]) == (1, 3, 3, 6, 7, 7)
+    assert h.sum == 7101 and h.count == 7
+    assert [b for b, _ in h.buckets] == sorted(b for b, _ in h.buckets)
+    secs = cumulative({20: 2}, total=2_000_000, bounds_log2=(18, 20, 22), scale=1e-9)
+    assert dict(secs.buckets) == {2**18 * 1e-9: 0, 2**20 * 1e-9: 2, 2**22 * 1e-9: 2,
+                                  math.inf: 2}
+    assert secs.sum == pytest.approx(0.002)
+
+
+def test_program_that_does_not_compile_is_a_fault(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A BPF program that does not build is an operator-visible fault (exit 4), not an
+    "unavailable" feature. Real bcc, real clang: only the source text is broken."""
+    from gpu_exporter.collectors.base import CollectorFault
+    from gpu_exporter.collectors.ebpf import EbpfCollector
+    from gpu_exporter.ebpf import probes
+    from gpu_exporter.settings import Settings
+
+    monkeypatch.setattr(probes, "program_text", lambda: "int broken( {")
+    with pytest.raises(CollectorFault, match="failed to compile or load"):
+        EbpfCollector(Settings(enabled_collectors=frozenset({"ebpf"}))).start()
+
+
+def test_bcc_missing_is_unavailable_not_a_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from gpu_exporter.collectors.ebpf import EbpfCollector
+    from gpu_exporter.settings import Settings
+
+    monkeypatch.setitem(sys.modules, "bcc", None)  # `import bcc` raises ImportError
+    a = EbpfCollector(Settings()).start()
+    assert a.state == "unavailable" and "python3-bpfcc" in a.reason
+
+
+def test_privilege_check() -> None:
+    from gpu_exporter.collectors.ebpf import (
+        CAP_BPF,
+        CAP_PERFMON,
+        CAP_SYS_ADMIN,
+        missing_privileges,
+    )
+
+    assert missing_privileges(1 << CAP_SYS_ADMIN) is None
+    assert missing_privileges(1 << CAP_BPF | 1 << CAP_PERFMON) is None
+    assert missing_privileges(1 << CAP_BPF) == (
+        "missing CAP_PERFMON (run as root or grant them)")
+    assert "CAP_BPF and CAP_PERFMON" in (missing_privileges(0) or "")
+    assert missing_privileges(None) is not None
+
+
+def test_names_resolve_after_the_process_exited(cuda_build: Build) -> None:
+    """A short-lived process: its maps were seen by the library scan, then it exited
+    before its first launch was named. The scan's maps and the file path still name it."""
+    from gpu_exporter.ebpf.discovery import Scanner
+    from gpu_exporter.ebpf.resolve import Resolver
+    from tests.ebpf.conftest import Workload, copy_program
+
+    w = Workload([copy_program(cuda_build, "workload", "wl_short"), "unknown"])
+    pid = w.proc.pid
+    scanner = Scanner("/proc")
+    scanner.scan()
+    assert pid in scanner.cuda_maps
+    exe = next(m for m in scanner.cuda_maps[pid] if m.path.endswith("/wl_short"))
+    first = min(m.start - m.offset for m in scanner.cuda_maps[pid] if m.file == exe.file)
+    gemm = read_symbols(cuda_build.path("wl_short")).functions["_ZN2ml4gemmIfLi4EEEvPT_i"]
+    w.go()  # exits
+    resolver = Resolver("/proc", NameCap(10), scanner.cuda_maps)
+    # A PIE's first PT_LOAD has vaddr 0 and file offset 0: address = load base + vaddr.
+    assert resolver.symbol_at(pid, first + gemm) == "_ZN2ml4gemmIfLi4EEEvPT_i"
+    assert resolver.kernel_label(pid, abi.API_RUNTIME, first + gemm) == "ml::gemm"
+    assert resolver.kernel_label(pid, abi.API_RUNTIME, 0x10) == UNKNOWN
