@@ -1,0 +1,186 @@
+"""A simulated GPU node for the end-to-end test and `make demo`: the test suite's fake NVML
+library (four H100s, under changing load) and real AMD and Intel sysfs captures, with a
+load driver that moves utilization, power and the energy counters every second; with
+`ebpf=True` also the eBPF tests' fake CUDA libraries and a workload that runs again and
+again (kernel launches, copies, allocations, synchronisation) for the real uprobes.
+
+    python -m tests.e2e.fleet DIR [--ebpf]
+        prepare DIR, print the exporter's environment and arguments as shell lines, then
+        drive the load (and with --ebpf the CUDA workload) until killed: what
+        scripts/demo.sh runs
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.fake_nvml import scenario as fake
+from tests.sysfs.tree import FakeSysfs
+
+GIB = 1024**3
+
+# Resource labels every series gets: the team the dashboards group by, and a marker that
+# this is simulated data.
+RESOURCE_ATTRIBUTES = "team=ml-platform,deployment.environment=demo,demo=true"
+
+
+def scenario(pid: int) -> fake.Scenario:
+    """Four H100s: 0 busy with a critical XID, 1 nearly idle, 2 thermally throttled with
+    XID 63 (row remapping recorded),
+    3 with an uncorrected ECC error and its memory almost full."""
+    devices = [fake.h100(i) for i in range(4)]
+    devices[0].xids = [79]
+    devices[0].processes = [("compute", pid, 30 * GIB, None, None)]
+    devices[1].values["util_gpu"] = 3
+    devices[2].values["clocks_event_reasons"] = fake.REASON_HW_THERMAL | fake.REASON_SW_THERMAL
+    devices[2].xids = [63]
+    devices[3].values["ecc_uncorrected"] = 1
+    devices[3].values["memory_used"] = 78 * GIB  # 97.5% of 80 GiB
+    return fake.Scenario(devices=devices)
+
+
+@dataclass
+class Fleet:
+    root: Path
+    scenario: fake.Scenario
+    scenario_path: Path
+    sysfs: FakeSysfs
+    lib_dir: Path
+    env: dict[str, str] = field(default_factory=dict)
+    args: list[str] = field(default_factory=list)
+    cuda_dir: Path | None = None  # fake CUDA libraries and workload, when eBPF is on
+
+
+def build(root: Path, pid: int | None = None, ebpf: bool = False) -> Fleet:
+    """Prepare the fake NVML library, its scenario and a fake /sys under `root`; with
+    `ebpf`, also the fake CUDA libraries and workload (`root/cuda`) and the flags that
+    enable the eBPF collector (needs root, bcc and kernel headers, as CI has)."""
+    root.mkdir(parents=True, exist_ok=True)
+    lib_dir = fake.build()
+    sc = scenario(pid if pid is not None else os.getpid())
+    path = sc.write(root / "gpus.scenario")
+    sysfs = FakeSysfs(root / "sys")
+    sysfs.add("rx6900xt", "0000:0b:00.0", 0)
+    sysfs.add("a380", "0000:0c:00.0", 1)
+    env = {**fake.env(lib_dir, path), "OTEL_RESOURCE_ATTRIBUTES": RESOURCE_ATTRIBUTES}
+    args = [f"--path.sysfs={sysfs.root}"]
+    fl = Fleet(root, sc, path, sysfs, lib_dir, env, args)
+    if ebpf:
+        from tests.ebpf.conftest import build_into
+
+        fl.cuda_dir = build_into(root / "cuda").dir
+        fl.args += ["--collector.ebpf", "--ebpf.rescan-interval=0.5"]
+    return fl
+
+
+class LoadDriver(threading.Thread):
+    """Moves the fleet every `period` seconds like a node under load: utilization
+    oscillates, power follows it, energy counters (NVML and Intel hwmon) integrate power."""
+
+    def __init__(self, fleet: Fleet, period: float = 1.0) -> None:
+        super().__init__(name="fleet-load", daemon=True)
+        self.fleet = fleet
+        self.period = period
+        self.stopped = threading.Event()
+        self.intel_energy = sorted(fleet.sysfs.root.glob(
+            "devices/pci0000:00/0000:0c:00.0/hwmon/hwmon*/energy1_input"))
+
+    def step(self, t: float) -> None:
+        for i, d in enumerate(self.fleet.scenario.devices):
+            # the idle one (GPU 1) stays idle
+            util = 3 if i == 1 else int(70 + 25 * math.sin(t / 20 + i))
+            power_mw = 100_000 + util * 6_000
+            d.values["util_gpu"] = util
+            d.values["power_usage_mw"] = power_mw
+            d.values["energy_mj"] = int(d.values["energy_mj"]) + int(power_mw * self.period)
+            d.values["pcie_tx_bytes"] = int(d.values["pcie_tx_bytes"]) + 50_000_000
+            d.values["pcie_rx_bytes"] = int(d.values["pcie_rx_bytes"]) + 80_000_000
+            d.values["ecc_corrected"] = int(d.values["ecc_corrected"]) + i
+        self.fleet.scenario.write()
+        for f in self.intel_energy:  # µJ, ~35 W
+            now = int(f.read_bytes().split(b"\0", 1)[0] or b"0")
+            f.write_text(f"{now + int(35e6 * self.period)}\n")
+
+    def run(self) -> None:
+        start = time.monotonic()
+        while not self.stopped.wait(self.period):
+            self.step(time.monotonic() - start)
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.join(5)
+
+
+class CudaLoad(threading.Thread):
+    """Runs the eBPF tests' workload (`workload runtime N`) over and over: each run maps
+    the fake libcudart/libcuda, waits until told to go, then launches kernels, copies,
+    allocates and synchronises. The waiting process is what the exporter's library scan
+    finds, so probes attach before the first run counts."""
+
+    def __init__(self, cuda_dir: Path, launches: int = 200, pause: float = 0.5) -> None:
+        super().__init__(name="cuda-load", daemon=True)
+        self.argv = [str(cuda_dir / "workload"), "runtime", str(launches), "--wait"]
+        self.pause = pause
+        self.stopped = threading.Event()
+        self.runs = 0
+        self.next: subprocess.Popen[str] | None = None
+
+    def _spawn(self) -> subprocess.Popen[str]:
+        proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, text=True)
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        if line.strip() != "ready":
+            proc.kill()
+            raise RuntimeError(f"{self.argv}: {line!r}")
+        return proc
+
+    def run(self) -> None:
+        self.next = self._spawn()
+        while not self.stopped.wait(self.pause):
+            proc, self.next = self.next, self._spawn()  # one always waits, mapped
+            proc.communicate("go\n", timeout=60)
+            self.runs += 1
+        if self.next is not None:
+            self.next.kill()
+            self.next.wait()
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.join(70)
+
+
+def main(argv: list[str]) -> int:
+    fleet = build(Path(argv[1]), ebpf="--ebpf" in argv[2:])
+    for k, v in fleet.env.items():
+        print(f"export {k}={shlex.quote(v)}")
+    print(f"EXPORTER_ARGS={shlex.quote(' '.join(fleet.args))}", flush=True)
+    driver = LoadDriver(fleet)
+    cuda = CudaLoad(fleet.cuda_dir) if fleet.cuda_dir else None
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    driver.start()
+    if cuda:
+        cuda.start()
+    try:
+        while not stop.wait(1):
+            pass
+    except KeyboardInterrupt:
+        pass
+    driver.stop()
+    if cuda:
+        cuda.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
