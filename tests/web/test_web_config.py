@@ -1,0 +1,181 @@
+"""`--web.config.file` parsing: every bad file is exit 2 with one clear line, before any
+collector starts; and the bcrypt check is cached on success only."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+import bcrypt
+import pytest
+
+from gpu_exporter import webconfig
+from gpu_exporter.settings import ConfigError
+from gpu_exporter.webconfig import BasicAuth, load_web_config
+from tests.helpers import run_cli
+from tests.web.certs import Certs
+from tests.web.conftest import PASSWORD
+
+
+def _bad_configs(certs: Certs, folder: Path) -> dict[str, tuple[str, str]]:
+    cert, key, ca = certs.server.cert, certs.server.key, certs.ca.cert
+    (folder / "garbage.pem").write_text("not a certificate\n")
+    tls = f"tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n"
+    return {
+        # name: (file content, a part of the expected message)
+        "yaml": ("tls_server_config: [unclosed\n", "not valid YAML at line"),
+        "top key": ("tls_config:\n  cert_file: x\n", "unknown key 'tls_config'"),
+        "tls key": (tls + "  certfile: x\n", "unknown key 'certfile' in tls_server_config"),
+        "no key": (f"tls_server_config:\n  cert_file: {cert}\n", "missing key_file"),
+        "missing file": (f"tls_server_config:\n  cert_file: {folder}/nope.crt\n"
+                         f"  key_file: {key}\n", "nope.crt"),
+        "bad cert": (f"tls_server_config:\n  cert_file: {folder}/garbage.pem\n"
+                     f"  key_file: {key}\n", "cannot load certificate"),
+        "key mismatch": (f"tls_server_config:\n  cert_file: {cert}\n"
+                         f"  key_file: {certs.client.key}\n", "cannot load certificate"),
+        "auth type": (tls + "  client_auth_type: Sometimes\n",
+                      "client_auth_type 'Sometimes' is not one of"),
+        "ca without policy": (tls + f"  client_ca_file: {ca}\n",
+                              "client_ca_file is set but client_auth_type is NoClientCert"),
+        "policy without ca": (tls + "  client_auth_type: RequireAndVerifyClientCert\n",
+                              "needs client_ca_file"),
+        "version": (tls + "  min_version: TLS14\n", "min_version 'TLS14' is not one of"),
+        "cipher": (tls + "  cipher_suites: [TLS_FOO]\n", "unknown cipher suite 'TLS_FOO'"),
+        "curves": (tls + "  curve_preferences: [X25519]\n", "curve_preferences is not supported"),
+        "hash": ("basic_auth_users:\n  prometheus: hunter2\n",
+                 "basic_auth_users.prometheus: not a bcrypt hash"),
+        "header": ("http_server_config:\n  headers:\n    Server: evil\n",
+                   "header 'Server' cannot be configured"),
+        "header value": ("http_server_config:\n  headers:\n    X-Frame-Options: allow\n",
+                         "X-Frame-Options 'allow' must be one of"),
+        "not a mapping": ("- a\n- b\n", "the file must be a mapping"),
+    }
+
+
+def test_every_invalid_web_config_is_one_clear_line(certs: Certs, folder: Path) -> None:
+    for name, (content, expected) in _bad_configs(certs, folder).items():
+        path = folder / f"{name.replace(' ', '-')}.yml"
+        path.write_text(content)
+        with pytest.raises(ConfigError) as err:
+            load_web_config(str(path))
+        message = str(err.value)
+        assert "\n" not in message, (name, message)
+        assert message.startswith(f"invalid --web.config.file {path}: "), message
+        assert expected in message, (name, message)
+
+
+def test_invalid_web_config_is_exit_2_before_collectors_start(certs: Certs,
+                                                              folder: Path) -> None:
+    cases = _bad_configs(certs, folder)
+    for name in ("yaml", "bad cert", "hash"):
+        content, expected = cases[name]
+        path = folder / f"{name.replace(' ', '-')}.yml"
+        path.write_text(content)
+        res = run_cli([f"--web.config.file={path}", "--web.listen-address=127.0.0.1:0"],
+                      timeout=30)
+        assert res.returncode == 2, (name, res.returncode, res.stderr)
+        lines = res.stderr.strip().splitlines()
+        # One line, and nothing logged before it: no collector was started.
+        assert len(lines) == 1, (name, res.stderr)
+        assert lines[0].startswith(f"gpu-exporter: invalid --web.config.file {path}: "), lines
+        assert expected in lines[0], (name, lines[0])
+
+
+def test_missing_web_config_file_and_env_variable(folder: Path) -> None:
+    res = run_cli([], env={"GPU_EXPORTER_WEB_CONFIG_FILE": str(folder / "absent.yml")})
+    assert res.returncode == 2
+    assert "absent.yml: No such file or directory" in res.stderr
+
+
+def test_valid_config_parses_to_settings(certs: Certs, folder: Path,
+                                         password_hash: str) -> None:
+    # Relative paths are relative to the config file, as in exporter-toolkit.
+    (folder / "tls").mkdir()
+    for src, dst in ((certs.server.cert, "tls/s.crt"), (certs.server.key, "tls/s.key"),
+                     (certs.ca.cert, "tls/ca.crt")):
+        (folder / dst).write_bytes(src.read_bytes())
+    path = folder / "web.yml"
+    path.write_text(
+        "tls_server_config:\n  cert_file: tls/s.crt\n  key_file: tls/s.key\n"
+        "  client_ca_file: tls/ca.crt\n  client_auth_type: RequireClientCert\n"
+        "  min_version: TLS13\n"
+        "  cipher_suites: [TLS_AES_128_GCM_SHA256, TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]\n"
+        "http_server_config:\n  http2: true\n  headers:\n    x-content-type-options: nosniff\n"
+        f"basic_auth_users:\n  prometheus: '{password_hash}'\n"
+    )
+    cfg = load_web_config(str(path))
+    assert cfg.tls is not None
+    assert cfg.tls.cert_file == str(folder / "tls/s.crt")
+    assert cfg.tls.client_auth_type == "RequireAnyClientCert"
+    assert cfg.tls.min_version == "TLS13"
+    assert cfg.tls.cipher_suites == ("ECDHE-RSA-AES128-GCM-SHA256",)
+    assert cfg.headers == {"X-Content-Type-Options": "nosniff"}
+    assert cfg.basic_auth_users == {"prometheus": password_hash.encode()}
+    assert cfg.auth_required
+
+
+def test_empty_file_means_no_tls_no_auth(folder: Path) -> None:
+    path = folder / "empty.yml"
+    path.write_text("")
+    cfg = load_web_config(str(path))
+    assert cfg.tls is None and not cfg.auth_required and not cfg.headers
+
+
+def test_bad_config_raises_config_error_in_process(folder: Path) -> None:
+    path = folder / "w.yml"
+    path.write_text("basic_auth_users: [a, b]\n")
+    with pytest.raises(ConfigError, match="basic_auth_users must be a mapping"):
+        load_web_config(str(path))
+
+
+def _header(user: str, password: str) -> str:
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+def test_bcrypt_runs_once_per_credentials_and_never_caches_failures(
+        monkeypatch: pytest.MonkeyPatch, password_hash: str) -> None:
+    calls: list[bytes] = []
+    real = bcrypt.checkpw
+
+    def counting(password: bytes, hashed: bytes) -> bool:
+        calls.append(hashed)
+        return real(password, hashed)
+
+    monkeypatch.setattr(webconfig.bcrypt, "checkpw", counting)
+    auth = BasicAuth({"prometheus": password_hash.encode()})
+    good = _header("prometheus", PASSWORD)
+    for _ in range(5):
+        assert auth.check(good)
+    assert len(calls) == 1  # one bcrypt, then the cache
+
+    for _ in range(3):
+        assert not auth.check(_header("prometheus", "wrong"))
+    assert len(calls) == 4  # every failure pays a full bcrypt
+
+    # An unknown user costs a bcrypt too (against a decoy hash): timing tells nothing.
+    assert not auth.check(_header("nobody", PASSWORD))
+    assert len(calls) == 5 and calls[-1] != password_hash.encode()
+    # The decoy's own password does not let an unknown user in.
+    assert not auth.check(_header("nobody", "fakepassword"))
+
+    # A different password for the same user is not served from the cache.
+    assert not auth.check(_header("prometheus", PASSWORD + " "))
+
+
+def test_cached_success_expires(monkeypatch: pytest.MonkeyPatch, password_hash: str) -> None:
+    calls: list[bytes] = []
+    real = bcrypt.checkpw
+
+    def counting(password: bytes, hashed: bytes) -> bool:
+        calls.append(hashed)
+        return real(password, hashed)
+
+    monkeypatch.setattr(webconfig.bcrypt, "checkpw", counting)
+    auth = BasicAuth({"prometheus": password_hash.encode()}, cache_seconds=0.0)
+    assert auth.check(_header("prometheus", PASSWORD))
+    assert auth.check(_header("prometheus", PASSWORD))
+    assert len(calls) == 2  # expired at once: checked again
+    assert not auth.check(None)
+    assert not auth.check("Basic")
+    assert not auth.check("Basic " + base64.b64encode(b"no-colon").decode())
+    assert len(calls) == 2  # malformed headers are refused before any bcrypt
