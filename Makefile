@@ -7,7 +7,7 @@ SYSPY  := /usr/bin/python3
 ARGS   ?=
 PYTEST_ARGS ?=
 
-.PHONY: run test bench lint typecheck docs docs-check system-deps system-deps-run venv clean demo
+.PHONY: podresources-stubs run test bench lint typecheck docs docs-check system-deps system-deps-run venv clean demo
 
 system-deps:
 	bash scripts/install-system-deps.sh scripts/apt-packages.txt
@@ -33,6 +33,11 @@ lint: venv
 docs: venv
 	$(PY) -m gpu_exporter.docs > docs/metrics.md
 
+# The kubelet PodResources stubs are committed; regenerate after changing api.proto.
+podresources-stubs: venv
+	$(PY) -m grpc_tools.protoc -I. --python_out=. --grpc_python_out=. --pyi_out=. \
+		gpu_exporter/podresources/api.proto
+
 test: system-deps venv
 	bash scripts/setup-test-host.sh
 	$(BIN)/ruff check gpu_exporter tests
@@ -41,7 +46,15 @@ test: system-deps venv
 
 bench: system-deps venv
 	bash scripts/setup-test-host.sh
-	$(BIN)/pytest tests/bench --benchmark-only --benchmark-columns=min,median,max,mean,rounds -p no:randomly $(PYTEST_ARGS)
+	mkdir -p build/bench
+	$(BIN)/pytest tests/bench --benchmark-only --benchmark-columns=min,median,max,mean,rounds -p no:randomly \
+		--benchmark-json=build/bench/pytest-benchmark.json $(PYTEST_ARGS)
+	# Tables of docs/performance.md from build/bench/results.json (between its bench markers).
+	$(PY) -m tests.bench.report
+
+# Simulated GPU node + VictoriaMetrics + vmalert (alerts/) + Alertmanager; Ctrl-C stops all.
+demo: system-deps venv
+	bash scripts/demo.sh
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -42,6 +42,10 @@ PROCESS_LABELS: tuple[str, ...] = (
     "container_id",
     "k8s_pod_name",
     "k8s_namespace_name",
+    # beyond the spec's list, same vocabulary: the pod uid from the cgroup path (known
+    # without a kubelet) and the container name from the kubelet's PodResources
+    "k8s_pod_uid",
+    "k8s_container_name",
 )
 
 

@@ -18,7 +18,14 @@ from prometheus_client.registry import CollectorRegistry
 
 from gpu_exporter import __version__, device_families
 from gpu_exporter import catalogue as c
-from gpu_exporter.collectors.base import Availability, Collector, HistogramSample, Sample, Sink
+from gpu_exporter.collectors.base import (
+    Availability,
+    Collector,
+    CollectorUnavailable,
+    HistogramSample,
+    Sample,
+    Sink,
+)
 from gpu_exporter.logs import forget, log_once
 from gpu_exporter.records import VENDOR_ORDER, GpuReading
 from gpu_exporter.settings import Settings
@@ -82,10 +89,20 @@ class GpuExporterCollector(PromCollector):
                 states[cls.name] = Availability("disabled")
                 continue
             collector = cls(self.settings)
-            availability = collector.start()
+            worker = Worker(cls.name)
+            # Started on the thread that will collect (as later retries are): what start()
+            # opens with per-thread state (pyroute2's event loop, for one) is then used
+            # on the thread that made it, instead of leaking a new loop every scrape.
+            job = worker.submit(collector.start)
+            job.done.wait()
+            try:
+                availability = job.outcome()
+            except BaseException:
+                worker.stop()
+                raise
             if availability.state == "unavailable":
                 log.info("collector %s unavailable: %s", cls.name, availability.reason)
-            self._slots[cls.name] = _Slot(collector, availability, Worker(cls.name))
+            self._slots[cls.name] = _Slot(collector, availability, worker)
             states[cls.name] = availability
         return states
 
@@ -100,6 +117,10 @@ class GpuExporterCollector(PromCollector):
     def availability(self) -> dict[str, Availability]:
         out = {name: slot.availability for name, slot in self._slots.items()}
         out.update({name: Availability("disabled") for name in self._disabled})
+        for name, slot in self._slots.items():
+            if slot.availability.state == "enabled":
+                for part, availability in slot.collector.features().items():
+                    out[f"{name}.{part}"] = availability
         return out
 
     # -- scrape ----------------------------------------------------------------------
@@ -160,6 +181,10 @@ class GpuExporterCollector(PromCollector):
         except Timeout:
             log_once(log, f"{name}:timeout", logging.WARNING,
                      "collector %s did not finish within the scrape timeout", name)
+        except CollectorUnavailable as exc:
+            slot.availability = Availability.unavailable(str(exc))
+            slot.last_start = time.monotonic()
+            log.info("collector %s is now unavailable: %s", name, exc)
         except Exception as exc:
             log_once(log, f"{name}:{type(exc).__name__}", logging.ERROR,
                      "collector %s failed: %s", name, exc)
@@ -188,15 +213,17 @@ class GpuExporterCollector(PromCollector):
     ) -> list[PromMetric]:
         gpus: list[GpuReading] = [g for s in sinks.values() for g in s.gpus]
         dev_labels = assign_device_labels(gpus)
-        for sink in sinks.values():
-            for hw_id, extra in sink.device_labels.items():
-                if hw_id in dev_labels:
-                    dev_labels[hw_id].update(extra)
         # Samples may name their device by PCI address too (DRM fdinfo knows no hw_id).
+        # The alias is the same dict, so labels added by PCI address (the kubelet names
+        # AMD GPUs that way) reach the device's series as well.
         for g in gpus:
             pci = g.identity.pci_address
             if pci and g.identity.parent_hw_id is None and pci not in dev_labels:
                 dev_labels[pci] = dev_labels[g.identity.hw_id]
+        for sink in sinks.values():
+            for hw_id, extra in sink.device_labels.items():
+                if hw_id in dev_labels:
+                    dev_labels[hw_id].update(extra)
         samples: list[Sample] = [s for g in gpus for s in device_families.samples(g)]
         histograms: list[HistogramSample] = []
         for sink in sinks.values():

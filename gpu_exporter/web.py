@@ -6,6 +6,7 @@ import gzip
 import html
 import logging
 import socket
+import ssl
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar
@@ -15,6 +16,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from gpu_exporter import __version__
 from gpu_exporter.settings import ConfigError
+from gpu_exporter.webconfig import BasicAuth, CertificateReloader, WebConfig
 
 log = logging.getLogger("gpu_exporter.web")
 
@@ -40,10 +42,49 @@ def parse_listen_address(value: str) -> tuple[str, int]:
     return host, int(port)
 
 
+_TLS_HANDSHAKE_RECORD = 0x16
+_PLAIN_HTTP_TO_TLS = (
+    b"HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n"
+    b"Connection: close\r\n\r\nClient sent an HTTP request to an HTTPS server.\n"
+)
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 128
+    tls: CertificateReloader | None = None
+    client_allowed_sans: tuple[str, ...] = ()
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        # Runs in the connection's own thread: a slow or stalled TLS handshake holds only
+        # this thread, never the accept loop.
+        if self.tls is None:
+            super().finish_request(request, client_address)
+            return
+        request.settimeout(REQUEST_TIMEOUT_SECONDS)
+        try:
+            first = request.recv(1, socket.MSG_PEEK)
+            if first and first[0] != _TLS_HANDSHAKE_RECORD:
+                request.sendall(_PLAIN_HTTP_TO_TLS)
+                return
+            conn = self.tls.context().wrap_socket(request, server_side=True)
+        except (OSError, ssl.SSLError) as exc:
+            log.debug("TLS handshake with %s failed: %s", client_address[0], exc)
+            return
+        try:
+            if self.client_allowed_sans and not _san_allowed(
+                    conn.getpeercert(), self.client_allowed_sans):
+                log.debug("client certificate of %s has none of the allowed SANs",
+                          client_address[0])
+                return
+            super().finish_request(conn, client_address)
+        except OSError as exc:
+            # A client that drops the TLS session mid-request (ssl.SSLError is an OSError)
+            # is the client's business, not a traceback on stderr.
+            log.debug("TLS connection with %s ended: %s", client_address[0], exc)
+        finally:
+            conn.close()
 
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
         host = address[0]
@@ -59,11 +100,21 @@ class _Server(ThreadingHTTPServer):
         super().server_bind()
 
 
+def _san_allowed(cert: Any, allowed: tuple[str, ...]) -> bool:
+    names = {value for _kind, value in (cert or {}).get("subjectAltName", ())}
+    return any(a in names for a in allowed)
+
+
 class Handler(BaseHTTPRequestHandler):
     registry: ClassVar[CollectorRegistry]
     telemetry_path: ClassVar[str] = "/metrics"
+    auth: ClassVar[BasicAuth | None] = None
+    config_headers: ClassVar[dict[str, str]] = {}
     server_version = f"gpu-exporter/{__version__}"
     protocol_version = "HTTP/1.1"
+    # Headers and body leave in separate writes: with Nagle on, a keep-alive scraper
+    # (Prometheus) waits out its delayed ACK, 40 ms, for the end of every response.
+    disable_nagle_algorithm = True
     timeout = REQUEST_TIMEOUT_SECONDS
 
     def log_message(self, format: str, *args: Any) -> None:
@@ -81,14 +132,28 @@ class Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
-        for k, v in (extra or {}).items():
+        for k, v in {**self.config_headers, **(extra or {})}.items():
             self.send_header(k, v)
         self.end_headers()
         if not head:
             self.wfile.write(body)
 
+    def _authorized(self, path: str, head: bool = False) -> bool:
+        # /healthz stays open so liveness probes and the image's HEALTHCHECK need no
+        # password; it tells nothing but "ok".
+        if self.auth is None or path == "/healthz":
+            return True
+        if self.auth.check(self.headers.get("Authorization")):
+            return True
+        # One answer whatever was wrong (user, password, scheme, encoding).
+        self._send(401, b"Unauthorized\n", "text/plain; charset=utf-8", head,
+                   {"WWW-Authenticate": 'Basic realm="gpu-exporter"'})
+        return False
+
     def _route(self, head: bool) -> None:
         path = self.path.split("?", 1)[0]
+        if not self._authorized(path, head):
+            return
         if path == self.telemetry_path:
             encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
             body = encoder(self.registry)
@@ -112,6 +177,8 @@ class Handler(BaseHTTPRequestHandler):
         self._route(head=True)
 
     def _not_allowed(self) -> None:
+        if not self._authorized(self.path.split("?", 1)[0]):
+            return
         self._send(405, b"405 method not allowed\n", "text/plain; charset=utf-8",
                    extra={"Allow": "GET, HEAD"})
 
@@ -131,16 +198,29 @@ def landing_page(telemetry_path: str) -> str:
 
 
 def make_server(
-    listen_address: str, registry: CollectorRegistry, telemetry_path: str = "/metrics"
+    listen_address: str, registry: CollectorRegistry, telemetry_path: str = "/metrics",
+    web_config: WebConfig | None = None,
 ) -> ThreadingHTTPServer:
     host, port = parse_listen_address(listen_address)
+    web_config = web_config or WebConfig()
     handler = type("BoundHandler", (Handler,), {
         "registry": registry, "telemetry_path": telemetry_path,
+        "auth": BasicAuth(web_config.basic_auth_users) if web_config.auth_required else None,
+        "config_headers": dict(web_config.headers),
     })
+    tls = None
+    if web_config.tls is not None:
+        tls = CertificateReloader(web_config.tls, lambda msg: log.warning("%s", msg))
+    elif web_config.auth_required:
+        log.warning("basic auth without TLS: passwords cross the network in clear text; "
+                    "add tls_server_config to %s", web_config.source)
     try:
-        return _Server((host, port), handler)
+        server = _Server((host, port), handler)
     except OSError as exc:
         raise ListenError(f"cannot listen on {listen_address}: {exc.strerror or exc}") from exc
+    server.tls = tls
+    server.client_allowed_sans = web_config.tls.client_allowed_sans if web_config.tls else ()
+    return server
 
 
 def serve_in_thread(server: ThreadingHTTPServer) -> threading.Thread:

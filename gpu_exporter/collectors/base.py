@@ -20,6 +20,12 @@ class CollectorFault(Exception):
     that fails to load). Start-up stops with this one line, exit 4."""
 
 
+class CollectorUnavailable(Exception):
+    """Raised by collect() when its source went away as a whole (e.g. the driver was
+    unloaded): the collector becomes unavailable with this message as the reason and
+    start() is tried again every retry interval."""
+
+
 @dataclass(frozen=True)
 class Availability:
     state: FeatureState
@@ -140,3 +146,9 @@ class Collector(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources (threads, probes, library handles)."""
+
+    def features(self) -> Mapping[str, Availability]:
+        """Optional parts that can be unavailable on their own while the collector runs
+        (e.g. the kubelet API that names pods), by name: reported as
+        gpu_exporter_feature_status{feature="<collector>.<name>"}."""
+        return {}

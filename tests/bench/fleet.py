@@ -1,0 +1,123 @@
+"""The fake node every benchmark measures: N fake H100s behind the fake NVML library,
+a given number of GPU processes spread over them, and a per-call NVML delay."""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from prometheus_client.registry import CollectorRegistry
+
+from gpu_exporter.collectors import REGISTRY
+from gpu_exporter.collectors.ebpf import EbpfCollector
+from gpu_exporter.ebpf.reading import CudaActivity, Launches
+from gpu_exporter.exporter import GpuExporterCollector, make_registry
+from gpu_exporter.settings import Settings
+from tests.fake_nvml import scenario as fake
+
+GIB = 1024**3
+
+
+def scenario(gpus: int, processes: int = 200, call_delay_us: int = 0) -> fake.Scenario:
+    devices = []
+    for i in range(gpus):
+        d = fake.h100(i)
+        # h100() repeats 8 bus numbers; a node of 64 needs 64 distinct PCI addresses.
+        d.pci_bus_id = f"00000000:{i + 1:02X}:00.0"
+        d.uuid = f"GPU-{i:08x}-1111-2222-3333-444455556666"
+        devices.append(d)
+    for p in range(processes):
+        dev = devices[p % gpus]
+        dev.processes.append(("compute", 100_000 + p, (p % 40 + 1) * GIB // 4, None, None))
+    return fake.Scenario(devices=devices, call_delay_us=call_delay_us)
+
+
+_loaded: Path | None = None
+
+
+def load_in_process(scenario_path: Path) -> Path:
+    """Make this process's pynvml use the fake: load it by path first (dlopen then
+    finds it by its soname, libnvidia-ml.so.1, when pynvml asks for that name)."""
+    global _loaded
+    os.environ[fake.ENV_VAR] = str(scenario_path)
+    if _loaded is None:
+        lib_dir = fake.build()
+        ctypes.CDLL(str(lib_dir / fake.SONAME), mode=ctypes.RTLD_GLOBAL)
+        _loaded = lib_dir
+    return _loaded
+
+
+# The collectors a scrape of this node runs in process: the NVML device reader and the
+# per-process reader (which also asks NVML). Host metrics (/proc) are no part of the
+# NVML floor, so the host collector is left out here; the footprint benchmark runs the
+# real process with its default collectors.
+IN_PROCESS_COLLECTORS = frozenset({"nvidia", "processes"})
+
+
+# What the eBPF collector's map-reading layer (`Engine.read()`) hands its render path:
+# kernel-name series come as a typed record. Benchmarks without root probes feed the
+# collector's real collect() with such a record; the BPF map lookups themselves are the
+# eBPF area's benchmark (tests/bench/test_ebpf_overhead.py).
+EXECUTABLES = ("python3", "torchrun", "trainer", "nccl-tests")
+
+
+def cuda_activity(series: int) -> CudaActivity:
+    """`series` launch series: kernel names (within the default 500-name cap) times
+    executables, as a training node shows them."""
+    launches = [
+        Launches(f"ampere_sgemm_128x64_nn_{i // len(EXECUTABLES)}",
+                 EXECUTABLES[i % len(EXECUTABLES)], "runtime", None, 1000 + i)
+        for i in range(series)
+    ]
+    return CudaActivity(launches=launches, grid_size=(), block_size=(),
+                        kernel_duration_seconds=(), copies_bytes=(), allocations_bytes=(),
+                        sync_duration_seconds=(), dropped={}, attached_libraries=(),
+                        kernel_names_overflow=0)
+
+
+class RecordedActivity:
+    """Stands where the eBPF collector keeps its probe engine: read() returns one
+    CudaActivity record (the engine's output type), close() has nothing to detach."""
+
+    def __init__(self, activity: CudaActivity) -> None:
+        self.activity = activity
+
+    def read(self) -> CudaActivity:
+        return self.activity
+
+    def close(self) -> None:
+        pass
+
+
+@contextmanager
+def in_process(sc: fake.Scenario, tmp: Path, kernel_series: int = 0,
+               ) -> Iterator[tuple[GpuExporterCollector, CollectorRegistry]]:
+    path = sc.write(tmp / "node.scenario")
+    load_in_process(path)
+    empty_sysfs = tmp / "sysfs"
+    empty_sysfs.mkdir(exist_ok=True)
+    collectors = IN_PROCESS_COLLECTORS | ({"ebpf"} if kernel_series else set())
+    settings = Settings(
+        sysfs=str(empty_sysfs),
+        scrape_timeout_seconds=30.0,
+        enabled_collectors=frozenset(collectors),
+        options={o.name: o.default for cls in REGISTRY for o in cls.options},
+    )
+    if kernel_series:
+        # start() keeps an engine it already has; collect() renders what it reads.
+        EbpfCollector._engine = RecordedActivity(cuda_activity(kernel_series))
+    exporter = GpuExporterCollector(settings, REGISTRY)
+    try:
+        states = exporter.start()
+        for name in collectors:
+            assert states[name].state == "enabled", (name, states[name])
+        gc.freeze()  # as `gpu-exporter serve` does after start-up
+        yield exporter, make_registry(exporter)
+    finally:
+        gc.unfreeze()
+        exporter.close()
+        EbpfCollector._engine = None

@@ -1,0 +1,41 @@
+"""What the kernel says about a process: resident memory, CPU time, threads."""
+
+from __future__ import annotations
+
+import os
+
+
+def status_field(pid: int, key: str) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    raise AssertionError(f"no {key} in /proc/{pid}/status")
+
+
+def rss_bytes(pid: int) -> int:
+    return status_field(pid, "VmRSS") * 1024
+
+
+def threads(pid: int) -> int:
+    return status_field(pid, "Threads")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of the whole process (all threads)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+
+
+def system_busy_seconds() -> float:
+    """CPU time all processes of the machine spent busy (every CPU), from /proc/stat."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def self_cpu_seconds() -> float:
+    return cpu_seconds(os.getpid())

@@ -1,0 +1,137 @@
+"""What the eBPF probes cost a CUDA application, per launch call, measured side by side
+in one run (`make bench`, root): a loop of N kernel launches (tests/ebpf/csrc/
+launch_loop.c, timing itself) with
+
+- `no_probe`: nothing attached;
+- `noop_one_uprobe`: one no-op uprobe on the launch symbol (the uprobe trap alone);
+- `noop_same_points`: no-op programs on every attach point the loop hits, as the collector
+  attaches them (runtime loop: cudaLaunchKernel entry + return, and the cuLaunchKernel
+  entry the runtime calls into; driver loop: cuLaunchKernel entry);
+- `ours`: the collector's own compiled program (gpu_exporter/ebpf/program.c) on the same
+  points.
+
+The cases are interleaved round by round (attach, run, detach), so a noisy neighbour
+hits them alike. Target: `ours` <= 1.15x `noop_same_points`. The numbers go to
+build/bench/results.json and, by hand, to docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpu_exporter.ebpf import abi
+from gpu_exporter.ebpf.elf import read_symbols
+from tests.bench.conftest import Results
+from tests.ebpf.conftest import Build, build_into
+
+CALLS = 200_000
+ROUNDS = 7
+NOOP = b"int noop(struct pt_regs *ctx) { return 0; }"
+CASES = ["no_probe", "noop_one_uprobe", "noop_same_points", "ours"]
+# The symbols each loop's calls reach (the runtime calls the driver).
+LOOP_SYMBOLS = {"runtime": ("cudaLaunchKernel", "cuLaunchKernel"),
+                "driver": ("cuLaunchKernel",)}
+
+
+@pytest.fixture(scope="module")
+def build(tmp_path_factory: pytest.TempPathFactory) -> Build:
+    return build_into(tmp_path_factory.mktemp("bench-cuda"))
+
+
+@pytest.fixture(scope="module")
+def programs() -> dict[str, Any]:
+    import bcc
+
+    from gpu_exporter.ebpf.probes import load_bpf
+
+    return {"noop": bcc.BPF(text=NOOP), "ours": load_bpf(bcc)}
+
+
+def _loop(build: Build, api: str) -> float:
+    """One launch loop process; its own mean nanoseconds per call."""
+    p = subprocess.Popen([build.path("launch_loop"), api, str(CALLS)], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True)
+    assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+    out, _ = p.communicate("go\n", timeout=300)
+    assert p.returncode == 0
+    return float(out.split()[-1])
+
+
+def _points(build: Build, api: str, case: str) -> list[tuple[str, str, int, str]]:
+    """(library, event kind, address, BPF function) for one case."""
+    by_symbol = {p.symbol: p for p in abi.ALL_PROBES}
+    out = []
+    symbols = LOOP_SYMBOLS[api][:1] if case == "noop_one_uprobe" else LOOP_SYMBOLS[api]
+    for symbol in symbols:
+        lib = build.path("libcudart.so.12" if symbol.startswith("cuda") else "libcuda.so.1")
+        addr = read_symbols(lib).functions[symbol]
+        probe = by_symbol[symbol]
+        out.append((lib, "entry", addr, "noop" if case != "ours" else probe.program))
+        if probe.returns and case != "noop_one_uprobe":
+            out.append((lib, "return", addr, "noop" if case != "ours" else probe.returns))
+    return out
+
+
+@contextmanager
+def _attached(programs: dict[str, Any], build: Build, api: str, case: str) -> Iterator[None]:
+    if case == "no_probe":
+        yield
+        return
+    b = programs["ours" if case == "ours" else "noop"]
+    events = []
+    try:
+        for lib, kind, addr, fn in _points(build, api, case):
+            if kind == "entry":
+                b.attach_uprobe(name=lib.encode(), addr=addr, fn_name=fn.encode())
+                events.append(b._get_uprobe_evname(b"p", lib.encode(), addr, -1))
+            else:
+                b.attach_uretprobe(name=lib.encode(), addr=addr, fn_name=fn.encode())
+                events.append(b._get_uprobe_evname(b"r", lib.encode(), addr, -1))
+        yield
+    finally:
+        for ev in events:
+            b.detach_uprobe_event(ev)
+
+
+@pytest.mark.bench
+@pytest.mark.parametrize("api", ["runtime", "driver"])
+def test_launch_loop_cost(benchmark: Any, results: Results, build: Build,
+                          programs: dict[str, Any], api: str) -> None:
+    per_call: dict[str, list[float]] = {c: [] for c in CASES}
+
+    def interleaved() -> None:
+        for _ in range(ROUNDS):
+            for case in CASES:
+                with _attached(programs, build, api, case):
+                    per_call[case].append(_loop(build, api))
+
+    benchmark.pedantic(interleaved, rounds=1, iterations=1)
+    floor = statistics.median(per_call["noop_same_points"])
+    for case in CASES:
+        xs = per_call[case]
+        row = {"ns_per_call_median": statistics.median(xs), "ns_per_call_min": min(xs),
+               "ns_per_call_max": max(xs), "calls": CALLS, "rounds": ROUNDS,
+               "ratio_to_noop_same_points": statistics.median(xs) / floor}
+        results.put("ebpf_overhead", f"{api}/{case}", row)
+        benchmark.extra_info[case] = row
+        print(f"\n{api:8} {case:18} median {row['ns_per_call_median'] / 1000:.3f} µs/call "
+              f"(min {min(xs) / 1000:.3f}, max {max(xs) / 1000:.3f}) "
+              f"x{row['ratio_to_noop_same_points']:.2f} of noop_same_points")
+    # The probes did fire: the collector's program counted every launch of the rounds.
+    stats = programs["ours"]["stats"]
+    launches = sum(int(v.value) for k, v in stats.items() if k.fam == abi.FAM_LAUNCH)
+    assert launches >= CALLS * ROUNDS
+
+
+def test_cases_are_the_documented_ones() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "performance.md").read_text()
+    section = doc.split("## eBPF", 1)[-1]
+    for case in CASES:
+        assert case in section, f"docs/performance.md eBPF section lacks {case}"
