@@ -15,11 +15,11 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from gpu_exporter import __version__, logs
+from gpu_exporter import __version__, flagtypes, logs
 from gpu_exporter.collectors import REGISTRY
 from gpu_exporter.collectors.base import CollectorFault, Option
 from gpu_exporter.exporter import GpuExporterCollector, make_registry
@@ -38,18 +38,27 @@ def param_name(flag: str) -> str:
     return flag.replace(".", "_").replace("-", "_")
 
 
-def _positive_float(name: str) -> Callable[[str], float]:
-    def parse(text: str) -> float:
-        text = str(text)
+if TYPE_CHECKING:
+    _ParamType = click.ParamType[Any]
+else:  # click before 8.2 has no generic ParamType
+    _ParamType = click.ParamType
+
+
+class _FlagType(_ParamType):
+    """A flag type from a plain function; its ValueError message becomes the error."""
+
+    def __init__(self, func: Callable[[str], Any]) -> None:
+        self.func = func
+        self.name = func.__name__
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        if not isinstance(value, str):
+            return value  # a default, already of the type
         try:
-            value = float(text[:-1]) if text.endswith("s") else float(text)
-        except ValueError:
-            raise click.BadParameter(f"{text!r} is not a duration in seconds") from None
-        if not value > 0:
-            raise click.BadParameter(f"{text!r} must be greater than 0")
-        return value
-    parse.__name__ = name
-    return parse
+            return self.func(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
 
 
 GLOBAL_OPTIONS: tuple[Option, ...] = (
@@ -57,12 +66,15 @@ GLOBAL_OPTIONS: tuple[Option, ...] = (
     Option("web.telemetry-path", str, "/metrics", "Path under which to expose metrics."),
     Option("web.config.file", str, "",
            "Path to a Prometheus exporter-toolkit web config (TLS, basic auth, headers)."),
+    Option("web.read-header-timeout", flagtypes.seconds, 10.0,
+           "Seconds a client has to send a request's headers (and finish the TLS "
+           "handshake); slower clients are disconnected."),
     Option("path.sysfs", str, "/sys", "sysfs mount point."),
     Option("path.procfs", str, "/proc", "procfs mount point."),
-    Option("scrape.timeout", _positive_float("seconds"), 5.0,
+    Option("scrape.timeout", flagtypes.seconds, 5.0,
            "Seconds a scrape may take; a device that has not answered by then reads "
            "hw_gpu_up 0."),
-    Option("collector.retry-interval", _positive_float("seconds"), 30.0,
+    Option("collector.retry-interval", flagtypes.seconds, 30.0,
            "Seconds between attempts to start an unavailable collector."),
     Option("log.level", click.Choice(["debug", "info", "warn", "error"]), "info",
            "Log level."),
@@ -88,7 +100,7 @@ def _click_option(opt: Option, *, prefix: str = "") -> Callable[[Any], Any]:
     if isinstance(opt.type, click.ParamType) or opt.type in (int, float, str):
         kwargs["type"] = opt.type
     else:
-        kwargs["type"] = click.types.FuncParamType(opt.type)
+        kwargs["type"] = _FlagType(opt.type)
     return click.option(f"--{flag}", param_name(flag), **kwargs)
 
 
@@ -179,6 +191,7 @@ def serve(params: dict[str, Any]) -> None:
                 raise ConfigError(f"invalid --web.telemetry-path {path!r}: must start with /")
             bound.append(make_server(
                 params["web_listen_address"], make_registry(exporter), path, web_config,
+                params["web_read_header_timeout"],
             ))
         except (ConfigError, ListenError) as exc:
             _fault(EXIT_CONFIG if isinstance(exc, ConfigError) else EXIT_LISTEN, str(exc))

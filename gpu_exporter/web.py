@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
+import heapq
 import html
+import itertools
 import logging
 import socket
 import ssl
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar
 
@@ -24,6 +28,58 @@ log = logging.getLogger("gpu_exporter.web")
 # for a bounded time only.
 REQUEST_TIMEOUT_SECONDS = 10.0
 MAX_HEADER_BYTES = 16 * 1024
+# The socket timeout bounds each read, not the whole request head: a client trickling a
+# byte every few seconds (slowloris) would hold its thread for ever. The head (and the
+# TLS handshake) must be complete within this, like Go's ReadHeaderTimeout.
+READ_HEADER_TIMEOUT_SECONDS = 10.0
+
+
+class _HeadDeadlines:
+    """One thread for the whole server that shuts down connections whose request head has
+    not arrived by its deadline; the blocked read then sees end-of-file."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._heap: list[tuple[float, int]] = []
+        self._socks: dict[int, socket.socket] = {}
+        self._ids = itertools.count()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, sock: socket.socket) -> int:
+        with self._lock:
+            token = next(self._ids)
+            self._socks[token] = sock
+            heapq.heappush(self._heap, (time.monotonic() + self.seconds, token))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="http-deadlines",
+                                                daemon=True)
+                self._thread.start()
+            self._wake.notify()
+            return token
+
+    def done(self, token: int) -> None:
+        with self._lock:
+            self._socks.pop(token, None)
+
+    def _run(self) -> None:
+        with self._lock:
+            while True:
+                while self._heap and self._heap[0][1] not in self._socks:
+                    heapq.heappop(self._heap)
+                if not self._heap:
+                    self._wake.wait()
+                    continue
+                deadline, token = self._heap[0]
+                now = time.monotonic()
+                if deadline > now:
+                    self._wake.wait(deadline - now)
+                    continue
+                heapq.heappop(self._heap)
+                sock = self._socks.pop(token)
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
 
 
 class ListenError(Exception):
@@ -55,6 +111,7 @@ class _Server(ThreadingHTTPServer):
     request_queue_size = 128
     tls: CertificateReloader | None = None
     client_allowed_sans: tuple[str, ...] = ()
+    head_deadlines = _HeadDeadlines(READ_HEADER_TIMEOUT_SECONDS)
 
     def finish_request(self, request: Any, client_address: Any) -> None:
         # Runs in the connection's own thread: a slow or stalled TLS handshake holds only
@@ -63,6 +120,7 @@ class _Server(ThreadingHTTPServer):
             super().finish_request(request, client_address)
             return
         request.settimeout(REQUEST_TIMEOUT_SECONDS)
+        token = self.head_deadlines.watch(request)
         try:
             first = request.recv(1, socket.MSG_PEEK)
             if first and first[0] != _TLS_HANDSHAKE_RECORD:
@@ -72,6 +130,8 @@ class _Server(ThreadingHTTPServer):
         except (OSError, ssl.SSLError) as exc:
             log.debug("TLS handshake with %s failed: %s", client_address[0], exc)
             return
+        finally:
+            self.head_deadlines.done(token)
         try:
             if self.client_allowed_sans and not _san_allowed(
                     conn.getpeercert(), self.client_allowed_sans):
@@ -120,8 +180,18 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s " + format, self.address_string(), *args)
 
+    def handle_one_request(self) -> None:
+        server: _Server = self.server  # type: ignore[assignment]
+        self._head_token = server.head_deadlines.watch(self.connection)
+        try:
+            super().handle_one_request()
+        finally:
+            server.head_deadlines.done(self._head_token)
+
     def parse_request(self) -> bool:
         ok = super().parse_request()
+        server: _Server = self.server  # type: ignore[assignment]
+        server.head_deadlines.done(self._head_token)  # the head is in: no deadline now
         if ok and sum(len(k) + len(v) for k, v in self.headers.items()) > MAX_HEADER_BYTES:
             self.send_error(431, "Request Header Fields Too Large")
             return False
@@ -200,6 +270,7 @@ def landing_page(telemetry_path: str) -> str:
 def make_server(
     listen_address: str, registry: CollectorRegistry, telemetry_path: str = "/metrics",
     web_config: WebConfig | None = None,
+    read_header_timeout: float = READ_HEADER_TIMEOUT_SECONDS,
 ) -> ThreadingHTTPServer:
     host, port = parse_listen_address(listen_address)
     web_config = web_config or WebConfig()
@@ -219,6 +290,7 @@ def make_server(
     except OSError as exc:
         raise ListenError(f"cannot listen on {listen_address}: {exc.strerror or exc}") from exc
     server.tls = tls
+    server.head_deadlines = _HeadDeadlines(read_header_timeout)
     server.client_allowed_sans = web_config.tls.client_allowed_sans if web_config.tls else ()
     return server
 

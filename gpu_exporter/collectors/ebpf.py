@@ -6,12 +6,11 @@ from __future__ import annotations
 import logging
 import os
 import platform
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
-import click
-
 from gpu_exporter import catalogue as c
+from gpu_exporter import flagtypes
 from gpu_exporter.collectors.base import Availability, Collector, CollectorFault, Option, Sink
 from gpu_exporter.ebpf.reading import CudaActivity, LabelledHistogram
 
@@ -19,20 +18,6 @@ log = logging.getLogger("gpu_exporter.collectors.ebpf")
 
 # Capability bits (linux/capability.h).
 CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF = 21, 38, 39
-
-
-def _positive(kind: Callable[[str], Any], what: str, metavar: str) -> Callable[[str], Any]:
-    def parse(text: str) -> Any:
-        text = str(text)
-        try:
-            value = kind(text[:-1] if what == "seconds" and text.endswith("s") else text)
-        except ValueError:
-            raise click.BadParameter(f"{text!r} is not {what}") from None
-        if not value > 0:
-            raise click.BadParameter(f"{text!r} must be greater than 0")
-        return value
-    parse.__name__ = metavar
-    return parse
 
 
 def effective_capabilities(procfs: str = "/proc") -> int | None:
@@ -74,13 +59,13 @@ class EbpfCollector(Collector):
                            "OTEL_GPU_EBPF_ENABLED=true).")
     default_enabled: ClassVar[bool] = False
     options: ClassVar[Sequence[Option]] = (
-        Option("ebpf.kernel-names-max", _positive(int, "a whole number", "count"), 500,
+        Option("ebpf.kernel-names-max", flagtypes.count, 500,
                "Distinct cuda_kernel_name values kept; later names are reported as "
                "\"other\"."),
         Option("ebpf.pid-label", bool, False,
                "Add process_pid to the CUDA activity families (one series per process).",
                is_flag=True),
-        Option("ebpf.rescan-interval", _positive(float, "seconds", "seconds"), 10.0,
+        Option("ebpf.rescan-interval", flagtypes.seconds, 10.0,
                "Seconds between scans of /proc/*/maps for newly mapped CUDA libraries."),
     )
 

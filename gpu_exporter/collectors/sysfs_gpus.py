@@ -7,34 +7,21 @@ from __future__ import annotations
 from abc import abstractmethod
 from pathlib import Path
 
+from gpu_exporter import flagtypes
 from gpu_exporter.collectors.base import Availability, Collector, Option, Sink
 from gpu_exporter.readers.pci import DeviceTracker, PciGpu
 from gpu_exporter.readers.sysfs import Problems
 from gpu_exporter.records import GpuIdentity, GpuReading, Vendor
-
-
-def _seconds(text: str) -> float:
-    text = str(text).strip()
-    try:
-        value = float(text[:-1]) if text.endswith("s") else float(text)
-    except ValueError:
-        raise ValueError(f"{text!r} is not a duration in seconds") from None
-    if not value > 0:
-        raise ValueError(f"{text!r} must be greater than 0")
-    return value
-
-
-_seconds.__name__ = "seconds"
 
 INTERVAL_OPTION = "discovery.interval"
 GRACE_OPTION = "discovery.grace-period"
 # Declared once (by the amd collector, the first sysfs collector in the registry) and
 # read by every collector that uses PCI discovery.
 DISCOVERY_OPTIONS: tuple[Option, ...] = (
-    Option(INTERVAL_OPTION, _seconds, 30.0,
+    Option(INTERVAL_OPTION, flagtypes.seconds, 30.0,
            "Seconds between PCI rediscoveries of AMD and Intel GPUs (cards that appear "
            "are reported without a restart)."),
-    Option(GRACE_OPTION, _seconds, 300.0,
+    Option(GRACE_OPTION, flagtypes.seconds, 300.0,
            "Seconds a vanished AMD or Intel GPU keeps reporting hw_gpu_up 0 before it is "
            "dropped."),
 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import http.client
 import socket
+import time
 
 from tests.helpers import exporter
 
@@ -71,3 +72,33 @@ def test_silent_client_does_not_block_scrapes() -> None:
         finally:
             for s in idle:
                 s.close()
+
+
+def _threads(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("Threads:"))
+
+
+def test_trickling_client_is_cut_off_at_the_header_deadline() -> None:
+    with exporter(["--web.read-header-timeout=1"], env=NO_DEVICES) as exp:
+        before = _threads(exp.proc.pid)
+        clients = [socket.create_connection(("127.0.0.1", exp.port)) for _ in range(10)]
+        started = time.monotonic()
+        for c in clients:
+            c.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+        closed_after = []
+        for _ in range(40):  # one header byte every 0.2 s: each read is quick, the head never ends
+            time.sleep(0.2)
+            for c in list(clients):
+                try:
+                    c.sendall(b"X")
+                except OSError:
+                    clients.remove(c)
+                    closed_after.append(time.monotonic() - started)
+            if not clients:
+                break
+        assert not clients, "a client trickling header bytes was never disconnected"
+        assert all(t < 4 for t in closed_after), closed_after
+        assert _request(exp.port, "GET", "/metrics")[0] == 200
+        time.sleep(0.5)
+        assert _threads(exp.proc.pid) <= before + 1
