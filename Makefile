@@ -42,7 +42,8 @@ test: system-deps venv
 	bash scripts/setup-test-host.sh
 	$(BIN)/ruff check gpu_exporter tests
 	$(BIN)/mypy
-	$(BIN)/pytest $(PYTEST_ARGS)
+	# Benchmarks are measured by `make bench`, not run (or skipped) here.
+	$(BIN)/pytest --ignore=tests/bench $(PYTEST_ARGS)
 
 bench: system-deps venv
 	bash scripts/setup-test-host.sh
