@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import bcrypt
-import yaml
-
 from gpu_exporter.settings import ConfigError
+
+# yaml and bcrypt (about 2 MiB resident) are imported where a web config file is loaded
+# and a password checked: most exporters run without one.
 
 CLIENT_AUTH_TYPES = (
     "NoClientCert", "RequestClientCert", "RequireAnyClientCert",
@@ -326,6 +326,8 @@ def load_web_config(path: str) -> WebConfig:
         text = Path(path).read_text()
     except OSError as exc:
         raise _fail(source, exc.strerror or str(exc)) from None
+    import yaml
+
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -429,6 +431,8 @@ class BasicAuth:
             expires = self._cache.get(key)
             if expires is not None and expires > now and known:
                 return True
+        import bcrypt
+
         with self._bcrypt_lock:
             if len(password) > _BCRYPT_MAX_PASSWORD_BYTES:
                 # bcrypt refuses such passwords; spend the same time anyway.

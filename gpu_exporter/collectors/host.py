@@ -10,22 +10,13 @@ import psutil
 
 from gpu_exporter import catalogue as c
 from gpu_exporter.collectors.base import Availability, Collector, Option, Sink
+from gpu_exporter.flagtypes import regex
 from gpu_exporter.readers import host
 
 FS_TYPES_OPTION = "host.filesystem-types-exclude"
 MOUNTPOINTS_OPTION = "host.filesystem-mountpoints-exclude"
 DISKS_OPTION = "host.disks-exclude"
 INTERFACES_OPTION = "host.network-interfaces-exclude"
-
-
-def regex(text: str) -> str:
-    """Flag type: a regular expression, checked when the flags are parsed (a bad one is
-    a one-line error, exit 2); empty matches nothing."""
-    try:
-        re.compile(text)
-    except re.error as exc:
-        raise ValueError(f"{text!r} is not a regular expression: {exc}") from None
-    return text
 
 
 def _compile(text: str) -> re.Pattern[str]:

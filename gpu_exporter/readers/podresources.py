@@ -15,10 +15,14 @@ import stat
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import grpc
+if TYPE_CHECKING:
+    # grpc + protobuf and the generated stubs cost about 11 MiB of resident memory:
+    # they are imported on first use (a kubelet socket that exists), not on every host.
+    import grpc
 
-from gpu_exporter.podresources import api_pb2, api_pb2_grpc
+    from gpu_exporter.podresources import api_pb2, api_pb2_grpc
 
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 # Resource names of GPU device plugins (NVIDIA, NVIDIA MIG "mixed" strategy, AMD, Intel).
@@ -97,6 +101,10 @@ class PodResourcesClient:
         self._stub: api_pb2_grpc.PodResourcesListerStub | None = None
 
     def _stub_now(self) -> api_pb2_grpc.PodResourcesListerStub:
+        import grpc
+
+        from gpu_exporter.podresources import api_pb2_grpc
+
         with self._lock:
             if self._stub is None:
                 self._channel = grpc.insecure_channel(
@@ -112,6 +120,10 @@ class PodResourcesClient:
     def list_gpus(self, timeout: float) -> Mapping[str, tuple[ContainerRef, ...]]:
         """Raises PodResourcesError when the kubelet does not answer in `timeout`."""
         stub = self._stub_now()
+        import grpc
+
+        from gpu_exporter.podresources import api_pb2
+
         try:
             response = stub.List(api_pb2.ListPodResourcesRequest(), timeout=timeout)
         except grpc.RpcError as exc:

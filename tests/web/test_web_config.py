@@ -9,7 +9,6 @@ from pathlib import Path
 import bcrypt
 import pytest
 
-from gpu_exporter import webconfig
 from gpu_exporter.settings import ConfigError
 from gpu_exporter.webconfig import BasicAuth, load_web_config
 from tests.helpers import run_cli
@@ -141,7 +140,7 @@ def test_bcrypt_runs_once_per_credentials_and_never_caches_failures(
         calls.append(hashed)
         return real(password, hashed)
 
-    monkeypatch.setattr(webconfig.bcrypt, "checkpw", counting)
+    monkeypatch.setattr(bcrypt, "checkpw", counting)  # webconfig imports it on first use
     auth = BasicAuth({"prometheus": password_hash.encode()})
     good = _header("prometheus", PASSWORD)
     for _ in range(5):
@@ -170,7 +169,7 @@ def test_cached_success_expires(monkeypatch: pytest.MonkeyPatch, password_hash: 
         calls.append(hashed)
         return real(password, hashed)
 
-    monkeypatch.setattr(webconfig.bcrypt, "checkpw", counting)
+    monkeypatch.setattr(bcrypt, "checkpw", counting)  # webconfig imports it on first use
     auth = BasicAuth({"prometheus": password_hash.encode()}, cache_seconds=0.0)
     assert auth.check(_header("prometheus", PASSWORD))
     assert auth.check(_header("prometheus", PASSWORD))
