@@ -11,10 +11,12 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 from prometheus_client.metrics_core import Metric as PromMetric
 from prometheus_client.registry import Collector as PromCollector
 from prometheus_client.registry import CollectorRegistry
+from prometheus_client.samples import Sample as PromSample
 
 from gpu_exporter import __version__, device_families
 from gpu_exporter import catalogue as c
@@ -29,7 +31,7 @@ from gpu_exporter.collectors.base import (
 from gpu_exporter.logs import forget, log_once
 from gpu_exporter.records import VENDOR_ORDER, GpuReading
 from gpu_exporter.settings import Settings
-from gpu_exporter.worker import Busy, Timeout, Worker
+from gpu_exporter.worker import Busy, Job, Worker
 
 log = logging.getLogger("gpu_exporter.exporter")
 
@@ -141,46 +143,65 @@ class GpuExporterCollector(PromCollector):
         sinks: dict[str, Sink] = {}
         success: dict[str, bool] = {}
         duration: dict[str, float] = {}
-        # Start them all, then wait: collectors run side by side on their own threads.
-        pending: dict[str, threading.Thread] = {}
+        # Start them all, then wait: each collector runs on its own persistent worker,
+        # handed its job straight from this thread (no thread is started per scrape).
+        pending: dict[str, tuple[_Slot, Job[bool], float]] = {}
+        ended: dict[str, float] = {}  # by the workers: when each collector returned
         for name, slot in self._slots.items():
             sink = Sink(name, deadline)
             sinks[name] = sink
-            t = threading.Thread(
-                target=self._run_one, args=(slot, sink, success, duration), daemon=True
-            )
-            pending[name] = t
-            t.start()
-        for name, t in pending.items():
-            t.join(max(0.0, deadline - time.monotonic()) + _MARGIN_SECONDS / 2)
-            if t.is_alive():
+            started = time.monotonic()
+            if slot.availability.state == "unavailable" and (
+                started - slot.last_start < self.settings.retry_interval_seconds
+            ):
+                # An unavailable feature is reported, not a failed scrape.
+                success[name] = True
+                duration[name] = time.monotonic() - started
+                continue
+            try:
+                job = slot.worker.submit(partial(self._run_on_worker, slot, sink, ended))
+            except Busy:
+                log_once(log, f"{name}:busy", logging.WARNING,
+                         "collector %s is still stuck in an earlier scrape", name)
                 success[name] = False
-                duration.setdefault(name, self.settings.scrape_timeout_seconds)
+                duration[name] = time.monotonic() - started
+                continue
+            pending[name] = (slot, job, started)
+        for name, (slot, job, started) in pending.items():
+            if job.wait(deadline - time.monotonic()):
+                success[name] = self._finished(slot, sinks[name], job)
+                duration[name] = ended.get(name, time.monotonic()) - started
+            else:
+                log_once(log, f"{name}:timeout", logging.WARNING,
+                         "collector %s did not finish within the scrape timeout", name)
+                success[name] = False
+                duration[name] = time.monotonic() - started
                 sinks[name] = Sink(name, deadline)  # whatever it wrote is dropped
         return self._render(sinks, success, duration)
 
-    def _run_one(
-        self, slot: _Slot, sink: Sink, success: dict[str, bool], duration: dict[str, float]
-    ) -> None:
-        name = slot.collector.name
-        started = time.monotonic()
-        ok = False
+    def _run_on_worker(self, slot: _Slot, sink: Sink, ended: dict[str, float]) -> bool:
+        """On the collector's worker: start it again when due, then collect. True when
+        it collected (False: still unavailable)."""
         try:
             if slot.availability.state == "unavailable":
-                self._retry_start(slot, sink)
-            if slot.availability.state == "enabled":
-                slot.worker.run(lambda: slot.collector.collect(sink), sink.time_left())
+                self._retry_start(slot)
+            if slot.availability.state != "enabled":
+                return False
+            slot.collector.collect(sink)
+            return True
+        finally:
+            ended[slot.collector.name] = time.monotonic()
+
+    def _finished(self, slot: _Slot, sink: Sink, job: Job[bool]) -> bool:
+        name = slot.collector.name
+        ok = False
+        try:
+            if job.outcome():
                 ok = not sink.failures
                 for key, message in sink.failures:
                     log_once(log, f"{name}:{key}", logging.WARNING, "%s: %s", name, message)
             else:
                 ok = True  # an unavailable feature is reported, not a failed scrape
-        except Busy:
-            log_once(log, f"{name}:busy", logging.WARNING,
-                     "collector %s is still stuck in an earlier scrape", name)
-        except Timeout:
-            log_once(log, f"{name}:timeout", logging.WARNING,
-                     "collector %s did not finish within the scrape timeout", name)
         except CollectorUnavailable as exc:
             slot.availability = Availability.unavailable(str(exc))
             slot.last_start = time.monotonic()
@@ -192,15 +213,14 @@ class GpuExporterCollector(PromCollector):
             if ok:
                 forget(log, f"{name}:busy")
                 forget(log, f"{name}:timeout")
-        success[name] = ok
-        duration[name] = time.monotonic() - started
+        return ok
 
-    def _retry_start(self, slot: _Slot, sink: Sink) -> None:
+    def _retry_start(self, slot: _Slot) -> None:
         now = time.monotonic()
         if now - slot.last_start < self.settings.retry_interval_seconds:
             return
         slot.last_start = now
-        availability = slot.worker.run(slot.collector.start, sink.time_left())
+        availability = slot.collector.start()
         if availability.state != slot.availability.state:
             log.info("collector %s is now %s %s", slot.collector.name, availability.state,
                      availability.reason)
@@ -268,6 +288,10 @@ def build_families(
     resource_labels: Mapping[str, str],
 ) -> list[PromMetric]:
     families: dict[str, PromMetric] = {}
+    # Label order is resource, then device, then the sample's own. Each device's labels
+    # are joined to the resource labels once per scrape, not once per sample.
+    resource = dict(resource_labels)
+    joined = {hw_id: {**resource, **dev} for hw_id, dev in device_labels.items()}
 
     def family(metric: c.Metric) -> PromMetric:
         fam = families.get(metric.name)
@@ -277,32 +301,48 @@ def build_families(
         return fam
 
     def labels_of(own: Mapping[str, str], device: str | None) -> dict[str, str] | None:
-        out = dict(resource_labels)
-        if device is not None:
-            dev = device_labels.get(device)
-            if dev is None:
-                return None  # a sample for a device no collector reported this scrape
-            out.update(dev)
-        out.update(own)
-        return out
+        if device is None:
+            return {**resource, **own}
+        base = joined.get(device)
+        if base is None:
+            return None  # a sample for a device no collector reported this scrape
+        return {**base, **own}
 
+    get = families.get
+    new = tuple.__new__
+    no_extras = (None,) * (len(PromSample._fields) - 3)  # timestamp, exemplar, ...
     for s in samples:
-        labels = labels_of(s.labels, s.device)
-        if labels is None:
-            continue
-        family(s.metric).add_sample(s.metric.name, labels, s.value)
+        device = s.device
+        own = s.labels
+        if device is not None:
+            base = joined.get(device)
+            if base is None:
+                continue  # a sample for a device no collector reported this scrape
+            labels = {**base, **own}
+        elif resource or type(own) is not dict:
+            labels = {**resource, **own}
+        else:
+            labels = own  # nothing to join: the sample's own dict, read only from here on
+        metric = s.metric
+        fam = get(metric.name)
+        if fam is None:
+            fam = family(metric)
+        # What PromMetric.add_sample appends, without its call and NamedTuple's __new__.
+        fam.samples.append(new(PromSample, (metric.name, labels, s.value, *no_extras)))
     for h in histograms:
-        labels = labels_of(h.labels, h.device)
-        if labels is None:
+        hlabels = labels_of(h.labels, h.device)
+        if hlabels is None:
             continue
         fam = family(h.metric)
+        out = fam.samples
+        name = h.metric.name
         count = 0.0
         for bound, cumulative in h.buckets:
             le = "+Inf" if bound == float("inf") else _fmt_bound(bound)
-            fam.add_sample(h.metric.name + "_bucket", {**labels, "le": le}, cumulative)
+            out.append(PromSample(name + "_bucket", {**hlabels, "le": le}, cumulative))
             count = cumulative
-        fam.add_sample(h.metric.name + "_count", labels, count)
-        fam.add_sample(h.metric.name + "_sum", labels, h.sum_value)
+        out.append(PromSample(name + "_count", hlabels, count))
+        out.append(PromSample(name + "_sum", hlabels, h.sum_value))
     by_order = defaultdict(int, {m.name: i for i, m in enumerate(c.CATALOGUE)})
     return sorted(families.values(), key=lambda f: by_order[_catalogue_name(f)])
 

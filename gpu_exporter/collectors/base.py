@@ -13,6 +13,7 @@ from gpu_exporter.records import GpuReading
 from gpu_exporter.settings import Settings
 
 FeatureState = Literal["enabled", "unavailable", "disabled"]
+_HISTOGRAM = Kind.HISTOGRAM  # Enum member lookups cost a descriptor call: once per sample
 
 
 class CollectorFault(Exception):
@@ -51,7 +52,7 @@ class Option:
     is_flag: bool = False
 
 
-@dataclass
+@dataclass(slots=True)  # slots: thousands are made and read each scrape
 class Sample:
     metric: Metric
     labels: Mapping[str, str]
@@ -59,7 +60,7 @@ class Sample:
     device: str | None = None  # hw_id (or PCI address) whose device labels are joined in
 
 
-@dataclass
+@dataclass(slots=True)
 class HistogramSample:
     metric: Metric
     labels: Mapping[str, str]
@@ -92,7 +93,7 @@ class Sink:
     ) -> None:
         if value is None:
             return
-        if metric.kind is Kind.HISTOGRAM:
+        if metric.kind is _HISTOGRAM:
             raise TypeError(f"{metric.name} is a histogram: use add_histogram")
         self.samples.append(Sample(metric, labels, float(value), device))
 

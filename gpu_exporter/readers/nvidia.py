@@ -81,6 +81,9 @@ _FIELDS = (
     FI_PCIE_REPLAY, FI_REMAPPED_PENDING, FI_REMAPPED_FAILURE, FI_PCIE_TX_BYTES,
     FI_PCIE_RX_BYTES,
 )
+# ctypes' own attribute access: pynvml's structures override it to decode bytes, which
+# these numeric members never are, at several times the cost, nine fields a GPU a scrape.
+_plain_attribute = ctypes.Structure.__getattribute__
 _VALUE_MEMBER = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal",
                  6: "usVal"}
 
@@ -345,13 +348,15 @@ def _fields(call: _Calls, handle: Any) -> dict[int, float]:
             return {}
         return _fields_one_by_one(call, handle)
     out: dict[int, float] = {}
+    get = _plain_attribute
     for fv in values:
-        if fv.nvmlReturn != pynvml.NVML_SUCCESS:
-            call.check(f"field {fv.fieldId}", fv.nvmlReturn)
+        returned = get(fv, "nvmlReturn")
+        if returned != pynvml.NVML_SUCCESS:
+            call.check(f"field {get(fv, 'fieldId')}", returned)
             continue
-        member = _VALUE_MEMBER.get(fv.valueType)
+        member = _VALUE_MEMBER.get(get(fv, "valueType"))
         if member is not None:
-            out[int(fv.fieldId)] = getattr(fv.value, member)
+            out[int(get(fv, "fieldId"))] = getattr(get(fv, "value"), member)
     return out
 
 
