@@ -1,7 +1,7 @@
 """A single reusable thread that runs one job at a time with a deadline.
 
 A call that hangs (a stuck NVML call, a blocking sysfs file) keeps its worker busy; the
-caller gets a timeout instead of a result and new jobs are refused until the stuck one
+caller stops waiting at its deadline and new jobs are refused until the stuck one
 returns, so repeated scrapes never pile up threads.
 """
 
@@ -17,10 +17,6 @@ T = TypeVar("T")
 
 class Busy(Exception):
     """The worker is still running an earlier job."""
-
-
-class Timeout(Exception):
-    """The job did not finish before the deadline (it goes on in the background)."""
 
 
 class Job(Generic[T]):
@@ -54,13 +50,6 @@ class Worker:
     def busy(self) -> bool:
         with self._lock:
             return self._current is not None and not self._current.done.is_set()
-
-    def run(self, fn: Callable[[], T], timeout: float) -> T:
-        """Run fn on the worker thread; raise Busy, Timeout, or what fn raised."""
-        job = self.submit(fn)
-        if not job.wait(timeout):
-            raise Timeout(self.name)
-        return job.outcome()
 
     def submit(self, fn: Callable[[], T]) -> Job[T]:
         """Start fn on the worker thread and return at once (raise Busy while an earlier

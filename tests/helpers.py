@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import os
 import shutil
 import socket
@@ -10,7 +11,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,24 +121,38 @@ def exporter(
             )
         exp = Exporter(proc, port, log)
         try:
-            deadline = time.monotonic() + start_timeout
-            while True:
-                if proc.poll() is not None:
-                    raise AssertionError(f"exporter exited {proc.returncode}:\n{exp.logs()}")
-                try:
-                    if exp.get("/healthz", timeout=2)[0] == 200:
-                        break
-                except OSError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise AssertionError(f"exporter did not start:\n{exp.logs()}")
-                time.sleep(0.05)
+            wait_started(proc, lambda: exp.get("/healthz", timeout=2)[0] == 200,
+                         exp.logs, "exporter", start_timeout)
             yield exp
         finally:
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(15)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            stop_process(proc)
+
+
+def wait_started(proc: subprocess.Popen[bytes], ready: Callable[[], bool],
+                 logs: Callable[[], str], name: str, timeout: float,
+                 interval: float = 0.05) -> None:
+    """Poll `ready` until it is true; fail with the log if `proc` exits or `timeout` passes.
+    `ready` raising OSError or HTTPException counts as not yet: the port may not be bound."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            raise AssertionError(f"{name} exited {proc.returncode}:\n{logs()}")
+        try:
+            if ready():
+                return
+        except (OSError, http.client.HTTPException):
+            pass
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{name} did not start:\n{logs()}")
+        time.sleep(interval)
+
+
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL if it is still there after 15 s."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import tempfile
 import time
@@ -28,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from tests.helpers import free_port, require_tool
+from tests.helpers import free_port, require_tool, stop_process, wait_started
 
 START_TIMEOUT = 60.0
 
@@ -66,28 +65,11 @@ class Server:
         return json.loads(body)
 
     def wait_ready(self, timeout: float = START_TIMEOUT) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.proc.poll() is not None:
-                raise AssertionError(
-                    f"{self.name} exited {self.proc.returncode}:\n{self.logs()[-4000:]}")
-            try:
-                if self.http(self.ready_path, timeout=2)[0] == 200:
-                    return
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{self.name} not ready:\n{self.logs()[-4000:]}")
-            time.sleep(0.1)
+        wait_started(self.proc, lambda: self.http(self.ready_path, timeout=2)[0] == 200,
+                     lambda: self.logs()[-4000:], self.name, timeout, interval=0.1)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
 
 
 class QueryServer(Server):

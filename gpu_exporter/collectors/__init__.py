@@ -22,6 +22,3 @@ REGISTRY: tuple[type[Collector], ...] = (
     EbpfCollector,
 )
 
-
-def by_name() -> dict[str, type[Collector]]:
-    return {c.name: c for c in REGISTRY}

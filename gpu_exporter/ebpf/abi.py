@@ -44,7 +44,11 @@ MEMCPY_DEVICE_TO_DEVICE: Final = 3
 MEMCPY_DEFAULT: Final = 4
 MEMCPY_KIND_MAX: Final = 4
 MEMCPY_KIND_NAMES: Final = {
-    0: "HostToHost", 1: "HostToDevice", 2: "DeviceToHost", 3: "DeviceToDevice", 4: "Default",
+    MEMCPY_HOST_TO_HOST: "HostToHost",
+    MEMCPY_HOST_TO_DEVICE: "HostToDevice",
+    MEMCPY_DEVICE_TO_HOST: "DeviceToHost",
+    MEMCPY_DEVICE_TO_DEVICE: "DeviceToDevice",
+    MEMCPY_DEFAULT: "Default",
 }
 
 SYNC_CUDA_STREAM: Final = 0
@@ -53,8 +57,11 @@ SYNC_CUDA_EVENT: Final = 2
 SYNC_CU_STREAM: Final = 3
 SYNC_CU_CTX: Final = 4
 SYNC_NAMES: Final = {
-    0: "cudaStreamSynchronize", 1: "cudaDeviceSynchronize", 2: "cudaEventSynchronize",
-    3: "cuStreamSynchronize", 4: "cuCtxSynchronize",
+    SYNC_CUDA_STREAM: "cudaStreamSynchronize",
+    SYNC_CUDA_DEVICE: "cudaDeviceSynchronize",
+    SYNC_CUDA_EVENT: "cudaEventSynchronize",
+    SYNC_CU_STREAM: "cuStreamSynchronize",
+    SYNC_CU_CTX: "cuCtxSynchronize",
 }
 
 OP_LAUNCH: Final = 1
@@ -117,8 +124,7 @@ def defines() -> list[str]:
     ]
 
 
-# --- layouts read back from the maps and the ring buffer -----------------------------------
-STATS_KEY = struct.Struct("<IHHQII")  # tgid, fam, sub, id, slot, pad
+# --- the ring buffer event layout (map keys come back as bcc ctypes structs) --------------
 EVENT_HEAD = struct.Struct("<IIHHIQQ16s")  # type, tgid, fam, sub, pad, id, target, comm
 
 

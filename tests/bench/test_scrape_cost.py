@@ -23,7 +23,6 @@ from tests.helpers import find, parse
 
 PROCESSES = 200
 KERNEL_SERIES = 2000
-TARGET_RATIO = 1.5
 # Seconds of measurement per case (both sides together), within these round limits.
 BUDGET_SECONDS, MIN_ROUNDS, MAX_ROUNDS = 8.0, 30, 400
 

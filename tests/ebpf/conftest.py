@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -110,13 +110,3 @@ def only_ebpf_args() -> list[str]:
     from gpu_exporter.collectors import REGISTRY
 
     return [f"--no-collector.{c.name}" for c in REGISTRY if c.name != "ebpf"]
-
-
-@pytest.fixture()
-def workloads() -> Iterator[list[Workload]]:
-    started: list[Workload] = []
-    yield started
-    for w in started:
-        if w.proc.poll() is None:
-            w.proc.kill()
-            w.proc.wait()

@@ -103,8 +103,8 @@ def test_hung_call_cannot_hang_the_scrape(fake_lib: Path, tmp_path: Path) -> Non
             assert value(s, "gpu_exporter_collector_success", collector="nvidia") == 0
             time.sleep(0.05)  # let the HTTP server's connection thread end
             counts.append(threads(exp.proc.pid))
-        # One worker per GPU, kept: a thread per scrape would pile up one stuck thread
-        # per scrape (7 here). The slack is for an HTTP connection thread still closing.
+        # The stuck GPU keeps one lane worker: a thread per scrape would pile up one stuck
+        # thread per scrape (7 here). The slack is for an HTTP connection thread still closing.
         assert max(counts) - min(counts) <= 2, counts
         sc.hang(3, "nvmlDeviceGetPowerUsage", None)
         s = wait_for(exp, lambda s: value(s, "hw_gpu_up", hw_id=uuid(3)) == 1, timeout=10)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import subprocess
 import tempfile
-import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,7 +21,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import Series, find, free_port, parse, require_tool, value
+from tests.helpers import (
+    Series,
+    find,
+    free_port,
+    parse,
+    require_tool,
+    stop_process,
+    value,
+    wait_started,
+)
 from tests.sysfs.conftest import dump
 from tests.sysfs.tree import FakeSysfs
 
@@ -50,17 +58,15 @@ def node_exporter(sysfs: Path) -> Iterator[Peer]:
                  f"--path.sysfs={sysfs}", f"--web.listen-address=127.0.0.1:{port}"],
                 stdout=out, stderr=subprocess.STDOUT)
         peer = Peer(proc, f"http://127.0.0.1:{port}/metrics", log)
+
+        def logs() -> str:
+            return log.read_text(errors="replace")
+
         try:
-            deadline = time.monotonic() + 15
-            while "Listening on" not in log.read_text(errors="replace"):
-                assert proc.poll() is None, log.read_text(errors="replace")
-                assert time.monotonic() < deadline, "node_exporter did not start"
-                time.sleep(0.05)
+            wait_started(proc, lambda: "Listening on" in logs(), logs, "node_exporter", 15)
             yield peer
         finally:
-            if proc.poll() is None:
-                proc.terminate()
-                proc.wait(10)
+            stop_process(proc)
 
 
 def peer_card(series: list[Series], card: str) -> dict[str, float]:

@@ -7,7 +7,6 @@ import http.client
 import os
 import ssl
 import subprocess
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -15,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.helpers import EXPORTER, free_port
+from tests.helpers import EXPORTER, free_port, stop_process, wait_started
 from tests.web.certs import Certs
 
 
@@ -90,24 +89,8 @@ def tls_exporter(config: Path, ready_ctx: ssl.SSLContext, args: Sequence[str] = 
     if pid is not None:
         pid.append(proc.pid)
     try:
-        deadline = time.monotonic() + start_timeout
-        while True:
-            if proc.poll() is not None:
-                raise AssertionError(f"exporter exited {proc.returncode}:\n{log.read_text()}")
-            try:
-                if https_get(port, ready_ctx, "/healthz", timeout=2).status == 200:
-                    break
-            except (OSError, http.client.HTTPException):
-                pass
-            if time.monotonic() > deadline:
-                raise AssertionError(f"exporter did not start:\n{log.read_text()}")
-            time.sleep(0.05)
+        wait_started(proc, lambda: https_get(port, ready_ctx, "/healthz", timeout=2).status == 200,
+                     log.read_text, "exporter", start_timeout)
         yield port
     finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_process(proc)

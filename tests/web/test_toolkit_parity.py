@@ -10,12 +10,11 @@ import os
 import socket
 import ssl
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.helpers import EXPORTER, free_port, require_tool
+from tests.helpers import EXPORTER, free_port, require_tool, stop_process, wait_started
 from tests.web.certs import Certs
 from tests.web.conftest import PASSWORD
 from tests.web.serve import basic, client_context, https_get, write_config
@@ -37,19 +36,16 @@ def serving(which: str, config: Path) -> Iterator[int]:
     with open(log, "wb") as logf:
         proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=os.environ)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert proc.poll() is None, f"{which} exited:\n{log.read_text()}"
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, f"{which} did not start:\n{log.read_text()}"
-                time.sleep(0.05)
+        wait_started(proc, lambda: _accepts(port), log.read_text, which, 30)
         yield port
     finally:
-        proc.terminate()
-        proc.wait(15)
+        stop_process(proc)
+
+
+def _accepts(port: int) -> bool:
+    # A bare TCP connect: one probe fits both servers and every config under test.
+    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    return True
 
 
 def outcome(fn: Callable[[], Outcome]) -> Outcome:

@@ -14,6 +14,7 @@ from gpu_exporter.webconfig import BasicAuth, load_web_config
 from tests.helpers import run_cli
 from tests.web.certs import Certs
 from tests.web.conftest import PASSWORD
+from tests.web.serve import basic
 
 
 def _bad_configs(certs: Certs, folder: Path) -> dict[str, tuple[str, str]]:
@@ -128,11 +129,12 @@ def test_bad_config_raises_config_error_in_process(folder: Path) -> None:
 
 
 def _header(user: str, password: str) -> str:
-    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+    return basic(user, password)["Authorization"]
 
 
-def test_bcrypt_runs_once_per_credentials_and_never_caches_failures(
-        monkeypatch: pytest.MonkeyPatch, password_hash: str) -> None:
+@pytest.fixture
+def bcrypt_calls(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """The hashes bcrypt.checkpw is asked about, in order."""
     calls: list[bytes] = []
     real = bcrypt.checkpw
 
@@ -141,6 +143,12 @@ def test_bcrypt_runs_once_per_credentials_and_never_caches_failures(
         return real(password, hashed)
 
     monkeypatch.setattr(bcrypt, "checkpw", counting)  # webconfig imports it on first use
+    return calls
+
+
+def test_bcrypt_runs_once_per_credentials_and_never_caches_failures(
+        bcrypt_calls: list[bytes], password_hash: str) -> None:
+    calls = bcrypt_calls
     auth = BasicAuth({"prometheus": password_hash.encode()})
     good = _header("prometheus", PASSWORD)
     for _ in range(5):
@@ -161,15 +169,8 @@ def test_bcrypt_runs_once_per_credentials_and_never_caches_failures(
     assert not auth.check(_header("prometheus", PASSWORD + " "))
 
 
-def test_cached_success_expires(monkeypatch: pytest.MonkeyPatch, password_hash: str) -> None:
-    calls: list[bytes] = []
-    real = bcrypt.checkpw
-
-    def counting(password: bytes, hashed: bytes) -> bool:
-        calls.append(hashed)
-        return real(password, hashed)
-
-    monkeypatch.setattr(bcrypt, "checkpw", counting)  # webconfig imports it on first use
+def test_cached_success_expires(bcrypt_calls: list[bytes], password_hash: str) -> None:
+    calls = bcrypt_calls
     auth = BasicAuth({"prometheus": password_hash.encode()}, cache_seconds=0.0)
     assert auth.check(_header("prometheus", PASSWORD))
     assert auth.check(_header("prometheus", PASSWORD))
