@@ -38,8 +38,8 @@ class IntelCollector(SysfsGpuCollector):
         if not gpus:
             return
         try:
-            clients = fdinfo.read_drm_clients(
-                self.settings.procfs, INTEL_DRIVERS, deadline=sink.deadline)
+            clients = [c for c in fdinfo.scrape_clients(self.settings.procfs, sink.deadline)
+                       if c.driver in INTEL_DRIVERS]
         except TimeoutError as exc:
             sink.fail("fdinfo", str(exc))
             self._engines = fdinfo.EngineUsage()  # the next baseline starts afresh

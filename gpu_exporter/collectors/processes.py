@@ -165,7 +165,7 @@ class ProcessesCollector(Collector):
         if not _drm_gpus_present(self.settings.sysfs):
             return  # no AMD/Intel GPU: spare every scrape a walk over every open file
         try:
-            clients = fdinfo.read_drm_clients(self.settings.procfs, deadline=sink.deadline)
+            clients = fdinfo.scrape_clients(self.settings.procfs, sink.deadline)
         except TimeoutError as exc:
             sink.fail("fdinfo", str(exc))
             return

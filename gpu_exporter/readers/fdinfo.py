@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -349,3 +350,43 @@ def _tasks(driver: str, engines: Mapping[str, float]) -> dict[GpuTask, float]:
 
 def _clamp(x: float) -> float:
     return min(1.0, max(0.0, x))
+
+
+class _Walk:
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.clients: list[DrmClient] = []
+        self.error: BaseException | None = None
+
+
+_shared_lock = threading.Lock()
+_shared: dict[str, tuple[float, _Walk]] = {}
+
+
+def scrape_clients(procfs: str, deadline: float) -> list[DrmClient]:
+    """Every DRM client of every driver, walked once per scrape however many collectors
+    ask (the intel and processes collectors run side by side in one scrape).
+
+    The collectors of one scrape share its deadline, which therefore names the scrape:
+    the first caller walks, the others wait for that walk (never past the deadline)."""
+    with _shared_lock:
+        seen = _shared.get(procfs)
+        owner = seen is None or seen[0] != deadline
+        if owner:
+            walk = _Walk()
+            _shared[procfs] = (deadline, walk)
+        else:
+            assert seen is not None
+            walk = seen[1]
+    if owner:
+        try:
+            walk.clients = read_drm_clients(procfs, DRIVERS, deadline=deadline)
+        except BaseException as exc:  # every caller of this scrape sees it
+            walk.error = exc
+        finally:
+            walk.done.set()
+    elif not walk.done.wait(max(0.0, deadline - time.monotonic())):
+        raise TimeoutError("DRM fdinfo walk passed the scrape deadline")
+    if walk.error is not None:
+        raise walk.error
+    return walk.clients

@@ -289,51 +289,66 @@ class _Calls:
             return None
 
 
-_memory_v2 = True  # cleared once the library turns out to lack nvmlDeviceGetMemoryInfo_v2
+class _Newest:
+    """Calls the newest version of an NVML function the library has. A version an old
+    driver lacks (FUNCTION_NOT_FOUND, or a struct version it does not know) is skipped
+    from then on, so the fallback costs one failed call, not one per scrape."""
+
+    _MISSING = (pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
+                pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+
+    def __init__(self, *versions: tuple[str, Callable[..., Any] | None]) -> None:
+        # A version the bindings themselves lack is skipped from the start.
+        self._versions = [(name, fn) for name, fn in versions if fn is not None]
+        self._lock = threading.Lock()  # GPUs are read on several lanes at once
+
+    def __call__(self, call: _Calls, *args: Any) -> Any:
+        while len(self._versions) > 1:
+            name, fn = self._versions[0]
+            try:
+                return fn(*args)
+            except pynvml.NVMLError as exc:
+                if exc.value not in self._MISSING:
+                    call.check(name, exc.value, exc)
+                    return None
+                with self._lock:
+                    if self._versions[0][0] == name:  # not already dropped by another lane
+                        self._versions.pop(0)
+        name, fn = self._versions[0]
+        return call(name, fn, *args)
+
+
+# v2 "used" excludes the driver's reservation; v1 on drivers without it.
+_memory_info = _Newest(
+    ("nvmlDeviceGetMemoryInfo_v2",
+     lambda h: pynvml.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2)),
+    ("nvmlDeviceGetMemoryInfo", pynvml.nvmlDeviceGetMemoryInfo),
+)
+_temperature_info = _Newest(
+    ("nvmlDeviceGetTemperatureV", getattr(pynvml, "nvmlDeviceGetTemperatureV", None)),
+    ("nvmlDeviceGetTemperature", pynvml.nvmlDeviceGetTemperature),
+)
+_clock_reasons_info = _Newest(
+    ("nvmlDeviceGetCurrentClocksEventReasons",
+     getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None)),
+    ("nvmlDeviceGetCurrentClocksThrottleReasons",
+     pynvml.nvmlDeviceGetCurrentClocksThrottleReasons),
+)
 
 
 def _memory(call: _Calls, handle: Any) -> tuple[int | None, int | None]:
-    """(used, total) bytes: v2 (used excludes the driver's reservation) where the driver
-    has it, else v1."""
-    global _memory_v2
-    if _memory_v2:
-        try:
-            mem = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
-            return int(mem.used), int(mem.total)
-        except pynvml.NVMLError as exc:
-            if exc.value not in (pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
-                                 pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH):
-                call.check("nvmlDeviceGetMemoryInfo_v2", exc.value, exc)
-                return None, None
-            _memory_v2 = False
-    mem = call("nvmlDeviceGetMemoryInfo", pynvml.nvmlDeviceGetMemoryInfo, handle)
+    """(used, total) bytes."""
+    mem = _memory_info(call, handle)
     return (int(mem.used), int(mem.total)) if mem is not None else (None, None)
 
 
 def _temperature(call: _Calls, handle: Any) -> int | None:
-    if hasattr(pynvml, "nvmlDeviceGetTemperatureV"):
-        try:
-            return int(pynvml.nvmlDeviceGetTemperatureV(handle, pynvml.NVML_TEMPERATURE_GPU))
-        except pynvml.NVMLError as exc:
-            if exc.value != pynvml.NVML_ERROR_FUNCTION_NOT_FOUND:
-                call.check("nvmlDeviceGetTemperatureV", exc.value, exc)
-                return None
-    value = call("nvmlDeviceGetTemperature", pynvml.nvmlDeviceGetTemperature, handle,
-                 pynvml.NVML_TEMPERATURE_GPU)
+    value = _temperature_info(call, handle, pynvml.NVML_TEMPERATURE_GPU)
     return None if value is None else int(value)
 
 
 def _clock_reasons(call: _Calls, handle: Any) -> int | None:
-    fn = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
-    if fn is not None:
-        try:
-            return int(fn(handle))
-        except pynvml.NVMLError as exc:
-            if exc.value != pynvml.NVML_ERROR_FUNCTION_NOT_FOUND:
-                call.check("nvmlDeviceGetCurrentClocksEventReasons", exc.value, exc)
-                return None
-    value = call("nvmlDeviceGetCurrentClocksThrottleReasons",
-                 pynvml.nvmlDeviceGetCurrentClocksThrottleReasons, handle)
+    value = _clock_reasons_info(call, handle)
     return None if value is None else int(value)
 
 

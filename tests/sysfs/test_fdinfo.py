@@ -4,6 +4,8 @@ utilization through the running exporter."""
 from __future__ import annotations
 
 import os
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ from gpu_exporter.readers.fdinfo import (
     engine_task,
     parse_fdinfo,
     read_drm_clients,
+    scrape_clients,
 )
 from tests.helpers import exporter, find, parse, run_cli, value
 from tests.processes.procfs import write_process
@@ -213,3 +216,26 @@ def test_process_families_join_the_intel_card(sysfs: FakeSysfs, procfs: Path) ->
     assert mem.labels.items() >= {"hw_vendor": "intel", "hw_id": "0000:09:00.0",
                                   "gpu_pci_address": "0000:09:00.0", "gpu_index": "0",
                                   "process_executable_name": "ffmpeg"}.items()
+
+
+def test_one_walk_per_scrape_shared_by_its_collectors(tmp_path: Path) -> None:
+    procfs = tmp_path / "proc"
+    write_process(procfs, 10, comm="a", fdinfo={3: I915.format(cid=1, local=4, render=5,
+                                                                  video=0)})
+    deadline = time.monotonic() + 10
+    first = scrape_clients(str(procfs), deadline)
+    assert [c.client_id for c in first] == [1]
+    # A second collector of the same scrape (same deadline) gets that walk, not a new one.
+    write_process(procfs, 11, comm="b", fdinfo={3: I915.format(cid=2, local=4, render=5,
+                                                                  video=0)})
+    results: list[list[int]] = []
+    t = threading.Thread(target=lambda: results.append(
+        [c.client_id for c in scrape_clients(str(procfs), deadline)]))
+    t.start()
+    t.join(10)
+    assert results == [[1]]
+    # The next scrape walks again.
+    assert [c.client_id for c in scrape_clients(str(procfs), time.monotonic() + 10)] == [1, 2]
+    # A walk past its deadline fails every caller of that scrape.
+    with pytest.raises(TimeoutError):
+        scrape_clients(str(procfs), time.monotonic() - 1)
