@@ -21,7 +21,7 @@ import click
 
 from gpu_exporter import __version__, flagtypes, logs
 from gpu_exporter.collectors import REGISTRY
-from gpu_exporter.collectors.base import CollectorFault, Option
+from gpu_exporter.collectors.base import Availability, CollectorFault, Feature, Option
 from gpu_exporter.exporter import GpuExporterCollector, make_registry
 from gpu_exporter.resource import resource_labels
 from gpu_exporter.settings import ConfigError, Settings
@@ -256,15 +256,26 @@ def doctor(**params: Any) -> None:
     params["log_level"] = "error"
     exporter = _start(params)
     try:
-        states = exporter.availability()
-        width = max(len(n) for n in states) if states else 10
-        for cls in REGISTRY:
-            a = states[cls.name]
-            reason = a.reason or ("turn on with --collector." + cls.name
-                                  if a.state == "disabled" else "")
-            click.echo(f"{cls.name:<{width}}  {a.state:<11}  {reason}".rstrip())
+        click.echo(doctor_report(exporter.availability()), nl=False)
     finally:
         exporter.close()
+
+
+def doctor_report(features: list[Feature]) -> str:
+    """One line per collector and feature: its state and why; where something is off, the
+    fix on the next line. A per-device feature has one line per state, naming its GPUs."""
+    groups: dict[tuple[str, Availability], list[str]] = {}  # in the order reported
+    for f in features:
+        groups.setdefault((f.name, f.availability), []).extend([f.hw_id] if f.hw_id else [])
+    width = max((len(name) for name, _ in groups), default=10)
+    lines = []
+    for (name, a), ids in groups.items():
+        indent = "  " if "." in name else ""
+        reason = ", ".join(ids) + (f": {a.reason}" if a.reason else "") if ids else a.reason
+        lines.append(f"{indent}{name:<{width}}  {a.state:<11}  {reason}".rstrip())
+        if a.fix and a.state != "enabled":
+            lines.append(f"{indent}{'':<{width}}  {'':<11}  fix: {a.fix}")
+    return "\n".join(lines) + "\n"
 
 
 def run() -> None:

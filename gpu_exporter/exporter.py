@@ -24,6 +24,7 @@ from gpu_exporter.collectors.base import (
     Availability,
     Collector,
     CollectorUnavailable,
+    Feature,
     HistogramSample,
     Sample,
     Sink,
@@ -71,10 +72,10 @@ class GpuExporterCollector(PromCollector):
     ) -> None:
         self.settings = settings
         self._slots: dict[str, _Slot] = {}
-        self._disabled: list[str] = []
         self._classes = list(collector_classes)
         self._lock = threading.Lock()
         self._last: ScrapeResult | None = None
+        self._told: dict[tuple[str, str | None], Availability] = {}  # feature states logged
         self._build_labels = {
             "version": __version__,
             "python_version": platform.python_version(),
@@ -87,7 +88,6 @@ class GpuExporterCollector(PromCollector):
         states: dict[str, Availability] = {}
         for cls in self._classes:
             if cls.name not in self.settings.enabled_collectors:
-                self._disabled.append(cls.name)
                 states[cls.name] = Availability("disabled")
                 continue
             collector = cls(self.settings)
@@ -102,10 +102,9 @@ class GpuExporterCollector(PromCollector):
             except BaseException:
                 worker.stop()
                 raise
-            if availability.state == "unavailable":
-                log.info("collector %s unavailable: %s", cls.name, availability.reason)
             self._slots[cls.name] = _Slot(collector, availability, worker)
             states[cls.name] = availability
+        self._tell(self.availability())
         return states
 
     def close(self) -> None:
@@ -116,14 +115,39 @@ class GpuExporterCollector(PromCollector):
                 log.exception("closing collector %s", slot.collector.name)
             slot.worker.stop()
 
-    def availability(self) -> dict[str, Availability]:
-        out = {name: slot.availability for name, slot in self._slots.items()}
-        out.update({name: Availability("disabled") for name in self._disabled})
-        for name, slot in self._slots.items():
+    def availability(self) -> list[Feature]:
+        """Every collector (its name) and, while it runs, each of its features
+        (`<collector>.<feature>`, per device where they differ): the states that
+        gpu_exporter_feature_status and `doctor` report."""
+        out: list[Feature] = []
+        for cls in self._classes:
+            slot = self._slots.get(cls.name)
+            if slot is None:
+                out.append(Feature(cls.name, Availability.disabled(
+                    "turned off", f"turn on with --collector.{cls.name}")))
+                continue
+            out.append(Feature(cls.name, slot.availability))
             if slot.availability.state == "enabled":
-                for part, availability in slot.collector.features().items():
-                    out[f"{name}.{part}"] = availability
+                out.extend(Feature(f"{cls.name}.{f.name}", f.availability, f.hw_id)
+                           for f in slot.collector.features())
         return out
+
+    def _tell(self, features: Sequence[Feature]) -> None:
+        """Logs each feature's state when it first becomes, or stops being, off: once,
+        with the reason and the fix, not every scrape."""
+        for f in features:
+            key = (f.name, f.hw_id)
+            before = self._told.get(key)
+            a = f.availability
+            if before == a or (before is None and a.state == "enabled"):
+                continue
+            self._told[key] = a
+            where = f" on {f.hw_id}" if f.hw_id else ""
+            if a.state == "enabled":
+                log.info("%s is now enabled%s", f.name, where)
+            elif a.state == "unavailable":
+                log.info("%s unavailable%s: %s%s", f.name, where, a.reason,
+                         f" (fix: {a.fix})" if a.fix else "")
 
     # -- scrape ----------------------------------------------------------------------
     def collect(self) -> Iterator[PromMetric]:
@@ -154,9 +178,8 @@ class GpuExporterCollector(PromCollector):
             if slot.availability.state == "unavailable" and (
                 started - slot.last_start < self.settings.retry_interval_seconds
             ):
-                # An unavailable feature is reported, not a failed scrape.
-                success[name] = True
-                duration[name] = time.monotonic() - started
+                # An unavailable collector is reported by its feature state; it has no
+                # collector_success (it neither ran nor failed).
                 continue
             try:
                 job = slot.worker.submit(partial(self._run_on_worker, slot, sink, ended))
@@ -169,7 +192,9 @@ class GpuExporterCollector(PromCollector):
             pending[name] = (slot, job, started)
         for name, (slot, job, started) in pending.items():
             if job.wait(deadline - time.monotonic()):
-                success[name] = self._finished(slot, sinks[name], job)
+                ok = self._finished(slot, sinks[name], job)
+                if ok is not None:
+                    success[name] = ok
                 duration[name] = ended.get(name, time.monotonic()) - started
             else:
                 log_once(log, f"{name}:timeout", logging.WARNING,
@@ -192,20 +217,23 @@ class GpuExporterCollector(PromCollector):
         finally:
             ended[slot.collector.name] = time.monotonic()
 
-    def _finished(self, slot: _Slot, sink: Sink, job: Job[bool]) -> bool:
+    def _finished(self, slot: _Slot, sink: Sink, job: Job[bool]) -> bool | None:
+        """collector_success of a collector whose job returned: None when it did not
+        collect (still, or now, unavailable)."""
         name = slot.collector.name
-        ok = False
+        ok: bool | None = False
         try:
             if job.outcome():
                 ok = not sink.failures
                 for key, message in sink.failures:
                     log_once(log, f"{name}:{key}", logging.WARNING, "%s: %s", name, message)
             else:
-                ok = True  # an unavailable feature is reported, not a failed scrape
+                ok = None  # still unavailable: its feature state says so
         except CollectorUnavailable as exc:
-            slot.availability = Availability.unavailable(str(exc))
+            slot.availability = Availability.unavailable(str(exc), exc.fix)
             slot.last_start = time.monotonic()
             log.info("collector %s is now unavailable: %s", name, exc)
+            ok = None
         except Exception as exc:
             log_once(log, f"{name}:{type(exc).__name__}", logging.ERROR,
                      "collector %s failed: %s", name, exc)
@@ -220,11 +248,7 @@ class GpuExporterCollector(PromCollector):
         if now - slot.last_start < self.settings.retry_interval_seconds:
             return
         slot.last_start = now
-        availability = slot.collector.start()
-        if availability.state != slot.availability.state:
-            log.info("collector %s is now %s %s", slot.collector.name, availability.state,
-                     availability.reason)
-        slot.availability = availability
+        slot.availability = slot.collector.start()  # a change is logged by _tell
 
     # -- rendering -------------------------------------------------------------------
     def _render(
@@ -259,12 +283,14 @@ class GpuExporterCollector(PromCollector):
         for name in sorted(success):
             yield Sample(c.COLLECTOR_SUCCESS, {"collector": name}, 1 if success[name] else 0)
             yield Sample(c.COLLECTOR_DURATION, {"collector": name}, duration.get(name, 0.0))
-        for feature, availability in sorted(self.availability().items()):
+        features = self.availability()
+        self._tell(features)
+        for f in sorted(features, key=lambda f: (f.name, f.hw_id or "")):
+            own = {"feature": f.name} if f.hw_id is None else {"feature": f.name,
+                                                               c.HW_ID: f.hw_id}
             for state in ("enabled", "unavailable", "disabled"):
-                yield Sample(
-                    c.FEATURE_STATUS, {"feature": feature, "state": state},
-                    1 if availability.state == state else 0,
-                )
+                yield Sample(c.FEATURE_STATUS, {**own, "state": state},
+                             1 if f.availability.state == state else 0)
 
 
 def assign_device_labels(gpus: Sequence[GpuReading]) -> dict[str, dict[str, str]]:

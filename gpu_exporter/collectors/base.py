@@ -23,22 +23,50 @@ class CollectorFault(Exception):
 
 class CollectorUnavailable(Exception):
     """Raised by collect() when its source went away as a whole (e.g. the driver was
-    unloaded): the collector becomes unavailable with this message as the reason and
-    start() is tried again every retry interval."""
+    unloaded): the collector becomes unavailable with this message as the reason (and
+    `fix` as the fix) and start() is tried again every retry interval."""
+
+    def __init__(self, reason: str, fix: str = "") -> None:
+        super().__init__(reason)
+        self.fix = fix
 
 
 @dataclass(frozen=True)
 class Availability:
+    """The state of a collector or of one of its features.
+
+    `unavailable`: the host lacks something (library, device, privilege, driver function)
+    that the operator can provide; `fix` says how. `disabled`: turned off by a flag, or a
+    capability the device does not have or has switched off (ECC off, a consumer card):
+    nothing to fix, though `fix` may say how to turn it on.
+    """
+
     state: FeatureState
     reason: str = ""
+    fix: str = ""  # what the operator can do about it: shown by `doctor` and logged
 
     @classmethod
     def enabled(cls, reason: str = "") -> Availability:
         return cls("enabled", reason)
 
     @classmethod
-    def unavailable(cls, reason: str) -> Availability:
-        return cls("unavailable", reason)
+    def unavailable(cls, reason: str, fix: str = "") -> Availability:
+        return cls("unavailable", reason, fix)
+
+    @classmethod
+    def disabled(cls, reason: str = "", fix: str = "") -> Availability:
+        return cls("disabled", reason, fix)
+
+
+@dataclass(frozen=True)
+class Feature:
+    """One optional part of a running collector (`gpu_exporter_feature_status{feature=
+    "<collector>.<name>"}`). A feature whose state can differ from device to device (a
+    host mixing GPUs with and without it) is reported once per device, with its hw_id."""
+
+    name: str  # without the collector's prefix: "xid" is reported as "nvidia.xid"
+    availability: Availability
+    hw_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -148,8 +176,9 @@ class Collector(ABC):
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources (threads, probes, library handles)."""
 
-    def features(self) -> Mapping[str, Availability]:
+    def features(self) -> Sequence[Feature]:
         """Optional parts that can be unavailable on their own while the collector runs
-        (e.g. the kubelet API that names pods), by name: reported as
-        gpu_exporter_feature_status{feature="<collector>.<name>"}."""
-        return {}
+        (the kubelet API that names pods, XID events of one GPU): reported as
+        gpu_exporter_feature_status{feature="<collector>.<name>"[, hw_id]} and by
+        `doctor`. A function the driver lacks is a feature state, never a failure."""
+        return ()

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from gpu_exporter import catalogue as c
-from gpu_exporter.collectors.base import Availability, Collector, Option, Sink
+from gpu_exporter.collectors.base import Availability, Collector, Feature, Option, Sink
 from gpu_exporter.logs import forget, log_once
 from gpu_exporter.readers import fdinfo
 from gpu_exporter.readers.nvidia_processes import NvidiaProcessReader, NvmlUnavailable
@@ -80,8 +80,8 @@ class ProcessesCollector(Collector):
             for name, a in self._features.items()
         ))
 
-    def features(self) -> Mapping[str, Availability]:
-        return dict(self._features)
+    def features(self) -> Sequence[Feature]:
+        return [Feature(name, a) for name, a in self._features.items()]
 
     def _try_nvml(self) -> None:
         self._nvml_tried = time.monotonic()

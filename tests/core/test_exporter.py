@@ -13,7 +13,8 @@ from typing import ClassVar
 from prometheus_client.exposition import generate_latest
 
 from gpu_exporter import catalogue as c
-from gpu_exporter.collectors.base import Availability, Collector, Sink
+from gpu_exporter.cli import doctor_report
+from gpu_exporter.collectors.base import Availability, Collector, Feature, Sink
 from gpu_exporter.exporter import GpuExporterCollector, make_registry
 from gpu_exporter.records import GpuIdentity, GpuReading
 from gpu_exporter.settings import Settings
@@ -194,3 +195,68 @@ def test_concurrent_scrapes_share_one_collection() -> None:
     exp.close()
     assert len(results) == 8 and all("system_memory_utilization_ratio" in r for r in results)
     assert len(calls) < 8, calls
+
+
+class Partial(Collector):
+    """A collector with a host-wide feature and one whose state differs per device."""
+
+    name = "partial"
+    help = "features"
+
+    def start(self) -> Availability:
+        return Availability.enabled()
+
+    def features(self) -> list[Feature]:
+        return [
+            Feature("socket", Availability.unavailable("no socket at /x", "mount /x")),
+            Feature("events", Availability.enabled(), hw_id="GPU-a"),
+            Feature("events", Availability.unavailable("driver lacks the event API",
+                                                       "upgrade the driver"), hw_id="GPU-b"),
+            Feature("events", Availability.disabled("consumer card"), hw_id="GPU-c"),
+        ]
+
+    def collect(self, sink: Sink) -> None:
+        sink.add(c.SYSTEM_MEMORY_UTILIZATION, {}, 0.5)
+
+
+def test_feature_states_per_device_carry_hw_id_and_do_not_fail_the_collector() -> None:
+    exp = _exporter(Partial)
+    series = parse(_scrape(exp))
+    exp.close()
+    assert value(series, "gpu_exporter_collector_success", collector="partial") == 1
+    assert value(series, "gpu_exporter_feature_status", feature="partial.socket",
+                 state="unavailable") == 1
+    for hw_id, state in (("GPU-a", "enabled"), ("GPU-b", "unavailable"),
+                         ("GPU-c", "disabled")):
+        rows = find(series, "gpu_exporter_feature_status", feature="partial.events",
+                    hw_id=hw_id)
+        assert {r.labels["state"]: r.value for r in rows} == {
+            s: (1.0 if s == state else 0.0) for s in ("enabled", "unavailable", "disabled")}
+    assert not find(series, "gpu_exporter_feature_status", feature="partial.socket",
+                    hw_id="GPU-a")
+
+
+def test_an_unavailable_collector_claims_no_success() -> None:
+    Later.ready = False
+    exp = _exporter(Later, Partial)
+    series = parse(_scrape(exp))
+    exp.close()
+    assert value(series, "gpu_exporter_feature_status", feature="later", state="unavailable") == 1
+    assert not find(series, "gpu_exporter_collector_success", collector="later")
+    assert value(series, "gpu_exporter_collector_success", collector="partial") == 1
+
+
+def test_doctor_report_gives_reason_and_fix_and_groups_devices() -> None:
+    Later.ready = False
+    exp = _exporter(Later, Partial)
+    report = doctor_report(exp.availability())
+    exp.close()
+    lines = report.splitlines()
+    assert lines[0].split() == ["later", "unavailable", "not", "yet"]
+    socket = lines.index(next(line for line in lines if "partial.socket" in line))
+    assert "no socket at /x" in lines[socket] and lines[socket + 1].strip() == "fix: mount /x"
+    events = [line for line in lines if "partial.events" in line]
+    assert len(events) == 3, report
+    assert "GPU-b: driver lacks the event API" in events[1]
+    assert lines[lines.index(events[1]) + 1].strip() == "fix: upgrade the driver"
+    assert "GPU-c: consumer card" in events[2]

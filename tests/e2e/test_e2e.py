@@ -26,7 +26,7 @@ from tests.servers import QueryServer
 
 SERVERS = ("prometheus", "victoriametrics")
 
-# The queries at the end of the metric contract (shared/spec/metrics.md), verbatim.
+# The queries at the end of the metric contract (spec/metrics.md), verbatim.
 PUBLIC_QUERIES = (
     "topk(10, sum by (cuda_kernel_name) (rate(gpu_kernel_launch_calls_total[5m])))",
     "sum by (cuda_memcpy_kind) (rate(gpu_memory_copies_bytes_sum[5m]))",
