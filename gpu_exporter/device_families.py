@@ -11,7 +11,7 @@ _STATES = ("ok", "degraded", "failed")
 
 def device_labels(reading: GpuReading, gpu_index: int) -> dict[str, str]:
     ident = reading.identity
-    labels = {
+    labels: dict[str, str | None] = {
         c.HW_ID: ident.hw_id,
         c.HW_NAME: ident.name,
         c.HW_VENDOR: ident.vendor,
@@ -21,13 +21,14 @@ def device_labels(reading: GpuReading, gpu_index: int) -> dict[str, str]:
     if ident.parent_hw_id is not None:
         labels[c.HW_PARENT] = ident.parent_hw_id
         labels[c.GPU_MIG_PROFILE] = ident.mig_profile or ""
-    return labels
+    # A GPU not identified yet has no hw_id (or name) label rather than an empty one.
+    return {k: v for k, v in labels.items() if v is not None and (v or k != c.HW_NAME)}
 
 
 def samples(reading: GpuReading) -> list[Sample]:
     """Every sample of one device, labelled only with their own labels; the caller joins
-    the device labels (device=hw_id)."""
-    hw_id = reading.identity.hw_id
+    the device labels (device=identity.key)."""
+    hw_id = reading.identity.key
     out: list[Sample] = []
 
     def add(metric: c.Metric, value: float | None, **labels: str) -> None:

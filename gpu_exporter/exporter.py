@@ -263,7 +263,7 @@ class GpuExporterCollector(PromCollector):
         for g in gpus:
             pci = g.identity.pci_address
             if pci and g.identity.parent_hw_id is None and pci not in dev_labels:
-                dev_labels[pci] = dev_labels[g.identity.hw_id]
+                dev_labels[pci] = dev_labels[g.identity.key]
         for sink in sinks.values():
             for hw_id, extra in sink.device_labels.items():
                 if hw_id in dev_labels:
@@ -298,12 +298,12 @@ def assign_device_labels(gpus: Sequence[GpuReading]) -> dict[str, dict[str, str]
     instance shares its parent's index."""
     physical = [g for g in gpus if g.identity.parent_hw_id is None]
     physical.sort(key=lambda g: (VENDOR_ORDER[g.identity.vendor], g.identity.order_key))
-    index = {g.identity.hw_id: i for i, g in enumerate(physical)}
+    index = {g.identity.key: i for i, g in enumerate(physical)}
     labels: dict[str, dict[str, str]] = {}
     for g in gpus:
         parent = g.identity.parent_hw_id
-        i = index.get(parent if parent is not None else g.identity.hw_id, -1)
-        labels[g.identity.hw_id] = device_families.device_labels(g, i)
+        i = index.get(parent if parent is not None else g.identity.key, -1)
+        labels[g.identity.key] = device_families.device_labels(g, i)
     return labels
 
 

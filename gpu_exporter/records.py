@@ -22,8 +22,10 @@ VENDOR_ORDER: dict[str, int] = {"nvidia": 0, "amd": 1, "intel": 2}
 
 @dataclass(frozen=True)
 class GpuIdentity:
-    hw_id: str  # NVIDIA UUID (GPU-…/MIG-…); AMD unique_id or PCI address; Intel PCI address
-    name: str  # marketing name
+    # NVIDIA UUID (GPU-…/MIG-…); AMD unique_id or PCI address; Intel PCI address. None for
+    # a GPU the host has but whose identity no source gives (lost before it was read).
+    hw_id: str | None
+    name: str  # marketing name; "" when unknown
     vendor: Vendor
     pci_address: str | None  # 0000:3b:00.0
     order_key: tuple[int | str, ...]  # sorts devices of one vendor (NVML index, PCI address)
@@ -33,6 +35,14 @@ class GpuIdentity:
     serial_number: str | None = None
     parent_hw_id: str | None = None  # MIG: the parent GPU's hw_id
     mig_profile: str | None = None  # MIG: e.g. "1g.10gb"
+
+    @property
+    def key(self) -> str:
+        """What samples name their device by: hw_id, else the PCI address."""
+        key = self.hw_id or self.pci_address
+        if key is None:
+            raise ValueError(f"a device needs a hw_id or a PCI address: {self}")
+        return key
 
 
 @dataclass(frozen=True)

@@ -239,7 +239,7 @@ class NvidiaCollector(Collector):
             busy = self._inflight & self._devices.keys()
         items: list[tuple[int, nvidia.NvmlDevice, _Counts]] = [
             (index, dev,
-             self._xid.counts(dev.identity.hw_id) if self._xid is not None else None)
+             self._xid.counts(dev.identity.key) if self._xid is not None else None)
             for index, dev in sorted(self._devices.items()) if index not in busy
         ]
         lanes: list[_Lane] = []

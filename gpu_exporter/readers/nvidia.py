@@ -398,7 +398,7 @@ def _fields_one_by_one(call: _Calls, handle: Any) -> dict[int, float]:
 def read(dev: NvmlDevice, xids: Mapping[int, int] | None = None) -> DeviceResult:
     """One scrape of one physical device and its MIG devices. `xids`: the listener's
     counts for this device (None when it does not listen to it). Raises NvmlGone."""
-    call = _Calls(dev.identity.hw_id)
+    call = _Calls(dev.identity.key)
     try:
         reading = _read_physical(call, dev, xids)
     except DeviceLost as exc:
@@ -407,7 +407,7 @@ def read(dev: NvmlDevice, xids: Mapping[int, int] | None = None) -> DeviceResult
         return DeviceResult(down(dev, "failed"), tuple(call.failures))
     readings = [reading]
     for mig in dev.migs:
-        mig_call = _Calls(mig.identity.hw_id)
+        mig_call = _Calls(mig.identity.key)
         try:
             used, total = _memory(mig_call, mig.handle)
             readings.append(GpuReading(mig.identity, up=True, memory_usage_bytes=used,
@@ -544,8 +544,8 @@ class XidListener:
             except pynvml.NVMLError as exc:
                 log.info("XID events unavailable for %s: %s", dev.identity.hw_id, exc)
                 continue
-            self._counts[dev.identity.hw_id] = {}
-            self._by_handle[_address(dev.handle)] = dev.identity.hw_id
+            self._counts[dev.identity.key] = {}
+            self._by_handle[_address(dev.handle)] = dev.identity.key
         self._thread = threading.Thread(target=self._run, name="nvml-xid", daemon=True)
         self._thread.start()
 

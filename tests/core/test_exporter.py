@@ -260,3 +260,19 @@ def test_doctor_report_gives_reason_and_fix_and_groups_devices() -> None:
     assert "GPU-b: driver lacks the event API" in events[1]
     assert lines[lines.index(events[1]) + 1].strip() == "fix: upgrade the driver"
     assert "GPU-c: consumer card" in events[2]
+
+
+def test_a_gpu_without_identity_is_keyed_by_its_pci_address_and_has_no_hw_id() -> None:
+    Gpus.readings = [
+        _gpu("GPU-0", "nvidia", (0,), "0000:01:00.0"),
+        GpuReading(GpuIdentity(hw_id=None, name="", vendor="nvidia",
+                               pci_address="0000:02:00.0", order_key=(1,)), up=False),
+    ]
+    exp = _exporter(Gpus)
+    series = parse(_scrape(exp))
+    exp.close()
+    up = {s.labels["gpu_pci_address"]: s for s in find(series, "hw_gpu_up")}
+    assert up["0000:02:00.0"].value == 0
+    assert "hw_id" not in up["0000:02:00.0"].labels and "hw_name" not in up["0000:02:00.0"].labels
+    assert up["0000:02:00.0"].labels["gpu_index"] == "1"
+    assert up["0000:01:00.0"].labels["hw_id"] == "GPU-0"
