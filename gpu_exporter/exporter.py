@@ -27,6 +27,7 @@ from gpu_exporter.collectors.base import (
     Feature,
     HistogramSample,
     Sample,
+    Shared,
     Sink,
 )
 from gpu_exporter.logs import forget, log_once
@@ -171,8 +172,9 @@ class GpuExporterCollector(PromCollector):
         # handed its job straight from this thread (no thread is started per scrape).
         pending: dict[str, tuple[_Slot, Job[bool], float]] = {}
         ended: dict[str, float] = {}  # by the workers: when each collector returned
+        shared = Shared()  # what one collector reads for all of this scrape
         for name, slot in self._slots.items():
-            sink = Sink(name, deadline)
+            sink = Sink(name, deadline, shared=shared)
             sinks[name] = sink
             started = time.monotonic()
             if slot.availability.state == "unavailable" and (

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, TypeVar, cast
 
 from gpu_exporter.catalogue import Kind, Metric
 from gpu_exporter.records import GpuReading
 from gpu_exporter.settings import Settings
 
 FeatureState = Literal["enabled", "unavailable", "disabled"]
+T = TypeVar("T")
 _HISTOGRAM = Kind.HISTOGRAM  # Enum member lookups cost a descriptor call: once per sample
 
 
@@ -97,6 +99,46 @@ class HistogramSample:
     device: str | None = None
 
 
+class _Once:
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+
+class Shared:
+    """What the collectors of one scrape read once for all of them (the DRM fdinfo walk
+    that the intel and processes collectors both need, side by side). The exporter makes
+    one per scrape and hands it to every collector in its Sink; it is gone with the
+    scrape, so nothing read for one scrape is ever taken for another."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._reads: dict[Hashable, _Once] = {}
+
+    def once(self, key: Hashable, read: Callable[[], T], deadline: float) -> T:
+        """`read()`, called by the first collector that asks for `key`; the others wait
+        for its result, never past `deadline` (a time.monotonic() value; TimeoutError).
+        An exception of the read is raised to every caller."""
+        with self._lock:
+            once = self._reads.get(key)
+            owner = once is None
+            if once is None:
+                once = self._reads[key] = _Once()
+        if owner:
+            try:
+                once.value = read()
+            except BaseException as exc:
+                once.error = exc
+            finally:
+                once.done.set()
+        elif not once.done.wait(max(0.0, deadline - time.monotonic())):
+            raise TimeoutError(f"{key}: another collector's read passed the scrape deadline")
+        if once.error is not None:
+            raise once.error
+        return cast(T, once.value)
+
+
 @dataclass
 class Sink:
     """What one collector produces during one scrape. Values of None are absent."""
@@ -108,6 +150,7 @@ class Sink:
     histograms: list[HistogramSample] = field(default_factory=list)
     device_labels: dict[str, dict[str, str]] = field(default_factory=dict)
     failures: list[tuple[str, str]] = field(default_factory=list)
+    shared: Shared = field(default_factory=Shared)  # one per scrape, the same in each Sink
 
     def gpu(self, reading: GpuReading) -> None:
         self.gpus.append(reading)
@@ -146,6 +189,11 @@ class Sink:
 
     def time_left(self) -> float:
         return max(0.0, self.deadline - time.monotonic())
+
+    def once(self, key: Hashable, read: Callable[[], T]) -> T:
+        """What `read()` returns, read once this scrape by whichever collector asks
+        first (see Shared)."""
+        return self.shared.once(key, read, self.deadline)
 
 
 class Collector(ABC):

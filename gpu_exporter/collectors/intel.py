@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpu_exporter.collectors.base import Availability, Sink
-from gpu_exporter.collectors.sysfs_gpus import SysfsGpuCollector
+from gpu_exporter.collectors.sysfs_gpus import SysfsGpuCollector, drm_clients
 from gpu_exporter.readers import fdinfo, intel
 from gpu_exporter.readers.pci import PciGpu
 from gpu_exporter.readers.sysfs import Problems
@@ -38,7 +38,7 @@ class IntelCollector(SysfsGpuCollector):
         if not gpus:
             return
         try:
-            clients = [c for c in fdinfo.scrape_clients(self.settings.procfs, sink.deadline)
+            clients = [c for c in drm_clients(sink, self.settings.procfs)
                        if c.driver in INTEL_DRIVERS]
         except TimeoutError as exc:
             sink.fail("fdinfo", str(exc))

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from gpu_exporter import catalogue as c
 from gpu_exporter.collectors.base import Availability, Collector, Feature, Option, Sink
+from gpu_exporter.collectors.sysfs_gpus import drm_clients
 from gpu_exporter.logs import forget, log_once
 from gpu_exporter.readers import fdinfo
 from gpu_exporter.readers.nvidia_processes import NvidiaProcessReader, NvmlUnavailable
@@ -165,7 +166,7 @@ class ProcessesCollector(Collector):
         if not _drm_gpus_present(self.settings.sysfs):
             return  # no AMD/Intel GPU: spare every scrape a walk over every open file
         try:
-            clients = fdinfo.scrape_clients(self.settings.procfs, sink.deadline)
+            clients = drm_clients(sink, self.settings.procfs)
         except TimeoutError as exc:
             sink.fail("fdinfo", str(exc))
             return

@@ -1,6 +1,6 @@
 """What the amd and intel collectors share: PCI discovery on an interval, a grace period
-for cards that vanish, one card at a time within the scrape deadline. Not a collector
-itself (not registered)."""
+for cards that vanish, one card at a time within the scrape deadline; and the one DRM
+fdinfo walk of a scrape (intel, processes). Not a collector itself (not registered)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 
 from gpu_exporter import flagtypes
 from gpu_exporter.collectors.base import Availability, Collector, Option, Sink
+from gpu_exporter.readers import fdinfo
 from gpu_exporter.readers.pci import DeviceTracker, PciGpu
 from gpu_exporter.readers.sysfs import Problems
 from gpu_exporter.records import GpuIdentity, GpuReading, Vendor
@@ -25,6 +26,13 @@ DISCOVERY_OPTIONS: tuple[Option, ...] = (
            "Seconds a vanished AMD or Intel GPU keeps reporting hw_gpu_up 0 before it is "
            "dropped."),
 )
+
+
+def drm_clients(sink: Sink, procfs: str) -> list[fdinfo.DrmClient]:
+    """Every DRM client of the host (all drivers), walked once per scrape however many
+    collectors ask. TimeoutError when the walk passes the scrape deadline."""
+    return sink.once(("drm-fdinfo", procfs),
+                     lambda: fdinfo.read_drm_clients(procfs, deadline=sink.deadline))
 
 
 class SysfsGpuCollector(Collector):

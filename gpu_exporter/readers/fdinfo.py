@@ -34,12 +34,12 @@ from __future__ import annotations
 
 import os
 import re
-import threading
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from gpu_exporter.readers.sysfs import normalize_pci_address
+from gpu_exporter.readers.pci import normalize_pci_address
+from gpu_exporter.readers.sysfs import read_bytes
 from gpu_exporter.records import GpuTask
 
 DRIVERS: frozenset[str] = frozenset({"amdgpu", "i915", "xe"})
@@ -123,19 +123,9 @@ def read_drm_clients(
     out = []
     for key, client in found.items():
         holders = tuple(sorted(pids[key]))
-        out.append(_replace_pids(client, holders))
+        out.append(replace(client, pid=holders[0], pids=holders))
     out.sort(key=lambda c: c.key)
     return out
-
-
-def _replace_pids(client: DrmClient, holders: tuple[int, ...]) -> DrmClient:
-    return DrmClient(
-        pid=holders[0], pids=holders, driver=client.driver, pci_address=client.pci_address,
-        client_id=client.client_id, engine_busy_ns=client.engine_busy_ns,
-        engine_cycles=client.engine_cycles, engine_total_cycles=client.engine_total_cycles,
-        engine_capacity=client.engine_capacity, vram_bytes=client.vram_bytes,
-        read_ns=client.read_ns,
-    )
 
 
 def _clients_of(proc_dir: str, pid: int, wanted: frozenset[str]) -> list[DrmClient]:
@@ -152,26 +142,13 @@ def _clients_of(proc_dir: str, pid: int, wanted: frozenset[str]) -> list[DrmClie
             continue
         if not target.startswith("/dev/dri/"):
             continue
-        text = _read_small(os.path.join(proc_dir, "fdinfo", fd))
-        if text is None:
+        raw = read_bytes(os.path.join(proc_dir, "fdinfo", fd), _MAX_FDINFO_BYTES)
+        if raw is None:
             continue
-        client = parse_fdinfo(text, pid, wanted)
+        client = parse_fdinfo(raw.decode("utf-8", "replace"), pid, wanted)
         if client is not None:
             out.append(client)
     return out
-
-
-def _read_small(path: str) -> str | None:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        return os.read(fd, _MAX_FDINFO_BYTES).decode("utf-8", "replace")
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
 
 
 def parse_fdinfo(
@@ -350,43 +327,3 @@ def _tasks(driver: str, engines: Mapping[str, float]) -> dict[GpuTask, float]:
 
 def _clamp(x: float) -> float:
     return min(1.0, max(0.0, x))
-
-
-class _Walk:
-    def __init__(self) -> None:
-        self.done = threading.Event()
-        self.clients: list[DrmClient] = []
-        self.error: BaseException | None = None
-
-
-_shared_lock = threading.Lock()
-_shared: dict[str, tuple[float, _Walk]] = {}
-
-
-def scrape_clients(procfs: str, deadline: float) -> list[DrmClient]:
-    """Every DRM client of every driver, walked once per scrape however many collectors
-    ask (the intel and processes collectors run side by side in one scrape).
-
-    The collectors of one scrape share its deadline, which therefore names the scrape:
-    the first caller walks, the others wait for that walk (never past the deadline)."""
-    with _shared_lock:
-        seen = _shared.get(procfs)
-        owner = seen is None or seen[0] != deadline
-        if owner:
-            walk = _Walk()
-            _shared[procfs] = (deadline, walk)
-        else:
-            assert seen is not None
-            walk = seen[1]
-    if owner:
-        try:
-            walk.clients = read_drm_clients(procfs, DRIVERS, deadline=deadline)
-        except BaseException as exc:  # every caller of this scrape sees it
-            walk.error = exc
-        finally:
-            walk.done.set()
-    elif not walk.done.wait(max(0.0, deadline - time.monotonic())):
-        raise TimeoutError("DRM fdinfo walk passed the scrape deadline")
-    if walk.error is not None:
-        raise walk.error
-    return walk.clients

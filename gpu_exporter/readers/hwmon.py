@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from gpu_exporter.readers.sysfs import Problems, hwmon_dirs, numbered, read_int, read_text
+from gpu_exporter.readers.sysfs import Problems, numbered, read_int, read_text
 
 MICRO = 1e-6
 # Guards against garbage that parses: no GPU sensor reads above these.
@@ -22,7 +22,7 @@ MAX_RPM = 1_000_000
 def find(device: Path, names: Iterable[str]) -> Path | None:
     """The first hwmon folder of the device whose `name` is one of `names` (the driver's
     own sensors, not e.g. a fan controller on the same board); else the first one."""
-    folders = hwmon_dirs(device)
+    folders = [device / "hwmon" / f"hwmon{n}" for n in numbered(device / "hwmon", "hwmon")]
     wanted = set(names)
     for folder in folders:
         if read_text(folder / "name") in wanted:

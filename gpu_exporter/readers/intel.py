@@ -20,8 +20,6 @@ hw_id is the PCI address (Intel has no stable unique id in sysfs).
 
 from __future__ import annotations
 
-import os
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,13 +27,11 @@ from pathlib import Path
 
 from gpu_exporter.readers import hwmon
 from gpu_exporter.readers.pci import PciGpu, device_name
-from gpu_exporter.readers.sysfs import Problems, read_int, read_text
+from gpu_exporter.readers.sysfs import Problems, numbered, read_int, read_text
 from gpu_exporter.records import GpuIdentity, GpuReading, GpuTask
 
 MAX_BYTES = 1 << 50
 MAX_MHZ = 100_000
-_TILE = re.compile(r"tile(\d+)")
-_GT = re.compile(r"gt(\d+)")
 
 
 def identity(gpu: PciGpu, sysfs: Path | None = None) -> GpuIdentity:
@@ -158,8 +154,9 @@ def _power_limit(mon: Path, problems: Problems) -> float | None:
 
 def _vram_size(dev: Path, problems: Problems) -> int | None:
     total: int | None = None
-    for tile in _numbered_dirs(dev, _TILE):
-        size = read_int(dev / tile / "physical_vram_size_bytes", problems, maximum=MAX_BYTES)
+    for tile in numbered(dev, "tile"):
+        size = read_int(dev / f"tile{tile}" / "physical_vram_size_bytes", problems,
+                        maximum=MAX_BYTES)
         if size is not None:
             total = (total or 0) + size
     return total
@@ -169,9 +166,9 @@ def _clocks(gpu: PciGpu, problems: Problems) -> dict[str, float]:
     out: dict[str, float] = {}
     if gpu.driver == "xe" or (gpu.device_path / "tile0").is_dir():
         tile = gpu.device_path / "tile0"
-        gts = _numbered_dirs(tile, _GT)
+        gts = numbered(tile, "gt")
         for gt, domain in zip(gts, ("graphics", "video"), strict=False):
-            mhz = read_int(tile / gt / "freq0" / "act_freq", problems, maximum=MAX_MHZ)
+            mhz = read_int(tile / f"gt{gt}" / "freq0" / "act_freq", problems, maximum=MAX_MHZ)
             if mhz is not None:
                 out[domain] = mhz * 1e6
         return out
@@ -181,21 +178,10 @@ def _clocks(gpu: PciGpu, problems: Problems) -> dict[str, float]:
     mhz = read_int(card / "gt_act_freq_mhz", problems, maximum=MAX_MHZ)
     if mhz is not None:
         out["graphics"] = mhz * 1e6
-    for gt, domain in zip(_numbered_dirs(card / "gt", _GT), ("graphics", "video"),
-                          strict=False):
+    for gt, domain in zip(numbered(card / "gt", "gt"), ("graphics", "video"), strict=False):
         if domain in out:
             continue
-        mhz = read_int(card / "gt" / gt / "rps_act_freq_mhz", problems, maximum=MAX_MHZ)
+        mhz = read_int(card / "gt" / f"gt{gt}" / "rps_act_freq_mhz", problems, maximum=MAX_MHZ)
         if mhz is not None:
             out[domain] = mhz * 1e6
     return out
-
-
-def _numbered_dirs(folder: Path, pattern: re.Pattern[str]) -> list[str]:
-    try:
-        names = os.listdir(folder)
-    except OSError:
-        return []
-    found = [n for n in names if pattern.fullmatch(n)]
-    return sorted(found, key=lambda n: int(re.sub(r"\D", "", n)))
-

@@ -22,13 +22,28 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from gpu_exporter.readers.sysfs import normalize_pci_address, read_text, read_uevent
+from gpu_exporter.readers.sysfs import read_text, read_uevent
 from gpu_exporter.records import Vendor
 
 VENDOR_IDS: dict[int, Vendor] = {0x10DE: "nvidia", 0x1002: "amd", 0x8086: "intel"}
 GPU_CLASSES = (0x03, 0x12)  # display controller, processing accelerator
 _CARD = re.compile(r"card(\d+)")
+# [domain:]bus:device.function; NVML writes an 8-digit domain, sysfs 4 (more for VMD).
+_PCI_ADDRESS = re.compile(
+    r"(?:([0-9a-fA-F]{4,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])"
+)
 PCI_IDS_PATHS = ("/usr/share/misc/pci.ids", "/usr/share/hwdata/pci.ids")
+
+
+def normalize_pci_address(text: str) -> str | None:
+    """The one form every source is keyed by, sysfs's: `00000000:0C:00.0` (NVML),
+    `0c:00.0` (kubelet device ids), ` 0000:0c:00.0\n` -> `0000:0c:00.0`; None when the
+    text is not a PCI address."""
+    m = _PCI_ADDRESS.fullmatch(text.strip())
+    if m is None:
+        return None
+    domain = int(m.group(1) or "0", 16)
+    return f"{domain:04x}:{m.group(2).lower()}:{m.group(3).lower()}.{m.group(4)}"
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from gpu_exporter.readers.pci import normalize_pci_address
+
 if TYPE_CHECKING:
     # grpc + protobuf and the generated stubs cost about 11 MiB of resident memory:
     # they are imported on first use (a kubelet socket that exists), not on every host.
@@ -28,7 +30,6 @@ DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 # Resource names of GPU device plugins (NVIDIA, NVIDIA MIG "mixed" strategy, AMD, Intel).
 _GPU_RESOURCE = re.compile(r"^(nvidia\.com/(gpu|mig-.+)|amd\.com/gpu|gpu\.intel\.com/.+)$")
 _REPLICA = re.compile(r"::\d+$")  # NVIDIA time-slicing / MPS replica suffix
-_PCI = re.compile(r"^(?:([0-9a-fA-F]{4,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
 # The kubelet's own limit for this API's responses is 16 MiB.
 _MAX_MESSAGE = 16 * 1024 * 1024
 
@@ -47,12 +48,7 @@ class ContainerRef:
 def normalise_device_id(device_id: str) -> str:
     """`GPU-…::3` -> `GPU-…`; `03:00.0` / `0000:03:00.0` -> `0000:03:00.0`."""
     device_id = _REPLICA.sub("", device_id.strip())
-    pci = _PCI.match(device_id)
-    if pci:
-        domain, bus, dev, fn = pci.groups()
-        domain = (domain or "0")[-4:].rjust(4, "0")
-        return f"{domain}:{bus}:{dev}.{fn}".lower()
-    return device_id
+    return normalize_pci_address(device_id) or device_id
 
 
 def is_gpu_resource(resource_name: str) -> bool:

@@ -16,7 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from gpu_exporter.readers.sysfs import read_bytes
+
 Runtime = Literal["docker", "containerd", "cri-o", "podman"]
+# A cgroup file with every v1 hierarchy and deep Kubernetes paths stays well under this.
+_MAX_PROC_FILE_BYTES = 65536
 
 _ID = r"[0-9a-f]{64}"
 # systemd-driver scopes name the runtime: docker-<id>.scope, cri-containerd-<id>.scope,
@@ -107,12 +111,8 @@ def parse_start_time(stat_text: str) -> int:
 
 
 def _read(path: Path) -> str | None:
-    try:
-        return path.read_text(errors="replace")
-    except (FileNotFoundError, ProcessLookupError, NotADirectoryError, PermissionError):
-        return None
-    except OSError:
-        return None
+    raw = read_bytes(path, _MAX_PROC_FILE_BYTES)
+    return None if raw is None else raw.decode("utf-8", "replace")
 
 
 class ProcessTable:

@@ -1,18 +1,18 @@
-"""Safe small reads of sysfs attribute files.
+"""Safe small reads of sysfs and procfs files, and listings of their numbered entries.
 
-One open and one read per file (a sysfs attribute hands out its whole value in the first
-read), NUL padding and surrounding white space stripped. A file that is missing, is not
-a regular file (a directory, a FIFO: never opened in blocking mode), or cannot be read
-(permission, EIO/ENODEV from a card that is going away, EOPNOTSUPP) is *absent*: None.
-Text that is present but does not parse is absent too, and is recorded in `Problems` so
-that the collector reports it (logged once, collector_success 0).
+One open and one read per file (a sysfs attribute, a /proc seq file hands out its whole
+value in the first read), NUL padding and surrounding white space stripped. A file that
+is missing, is not a regular file (a directory fails the read; a FIFO is opened
+non-blocking, so it never blocks), or cannot be read (permission, EIO/ENODEV from a card
+that is going away, EOPNOTSUPP) is *absent*: None. Text that is present but does not
+parse is absent too, and is recorded in `Problems` so that the collector reports it
+(logged once, collector_success 0).
 """
 
 from __future__ import annotations
 
 import os
 import re
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,18 +20,7 @@ from pathlib import Path
 MAX_READ_BYTES = 8192
 
 _DIGITS = {10: re.compile(r"[0-9]+"), 16: re.compile(r"(?:0[xX])?[0-9a-fA-F]+")}
-_PCI_ADDRESS = re.compile(
-    r"^(?:([0-9a-fA-F]{4,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$"
-)
-
-
-def normalize_pci_address(text: str) -> str | None:
-    """`0000:0C:00.0` / `0c:00.0` -> `0000:0c:00.0`; None when it is not an address."""
-    m = _PCI_ADDRESS.match(text.strip())
-    if m is None:
-        return None
-    domain = int(m.group(1) or "0", 16)
-    return f"{domain:04x}:{m.group(2).lower()}:{m.group(3).lower()}.{m.group(4)}"
+_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 @dataclass
@@ -45,14 +34,14 @@ class Problems:
 
 
 def read_bytes(path: Path | str, limit: int = MAX_READ_BYTES) -> bytes | None:
-    """The raw content of a regular file (one read), or None when absent/unreadable."""
+    """The raw content of a file (one read), or None when absent/unreadable. Opened
+    non-blocking: a FIFO reads as empty instead of waiting for a writer, a directory
+    fails the read."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, _READ_FLAGS)
     except OSError:
         return None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
         return os.read(fd, limit)
     except OSError:
         return None
@@ -110,18 +99,9 @@ def read_uevent(path: Path | str) -> dict[str, str]:
     return out
 
 
-def hwmon_dirs(device: Path) -> list[Path]:
-    """`device/hwmon/hwmonN` folders, in numeric order."""
-    try:
-        names = os.listdir(device / "hwmon")
-    except OSError:
-        return []
-    found = [n for n in names if re.fullmatch(r"hwmon\d+", n)]
-    return [device / "hwmon" / n for n in sorted(found, key=lambda n: int(n[5:]))]
-
-
-def numbered(folder: Path, prefix: str, suffix: str) -> list[int]:
-    """The N of every `<prefix>N<suffix>` file in a folder, sorted (temp1_input ...)."""
+def numbered(folder: Path | str, prefix: str, suffix: str = "") -> list[int]:
+    """The N of every `<prefix>N<suffix>` entry of a folder, sorted: temp1_input ...,
+    hwmon0 ..., tile0 ...; [] when the folder cannot be listed."""
     try:
         names = os.listdir(folder)
     except OSError:

@@ -4,10 +4,25 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpu_exporter.readers.pci import DeviceTracker, discover
+import pytest
+
+from gpu_exporter.readers.pci import DeviceTracker, discover, normalize_pci_address
 from tests.helpers import find, promtool_check_metrics
 from tests.sysfs.conftest import dump
 from tests.sysfs.tree import FakeSysfs
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("0000:0c:00.0", "0000:0c:00.0"),  # sysfs
+    ("00000000:3B:00.0", "0000:3b:00.0"),  # NVML's bus id
+    ("3b:00.1", "0000:3b:00.1"),  # a kubelet device id
+    (" 0000:0C:00.0\n", "0000:0c:00.0"),  # a file's content
+    ("10000:e1:00.0", "10000:e1:00.0"),  # a VMD domain, as sysfs names it
+    ("0000:0c:00.8", None), ("0000:0c:00", None), ("card0", None), ("", None),
+    ("0000:0c:00.0x", None),
+])
+def test_one_pci_address_form_for_every_source(text: str, expected: str | None) -> None:
+    assert normalize_pci_address(text) == expected
 
 
 def test_every_vendor_keyed_by_address(sysfs: FakeSysfs) -> None:

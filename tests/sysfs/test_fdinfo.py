@@ -11,13 +11,14 @@ from pathlib import Path
 import pytest
 
 from gpu_exporter.collectors import REGISTRY
+from gpu_exporter.collectors.base import Shared, Sink
+from gpu_exporter.collectors.sysfs_gpus import drm_clients
 from gpu_exporter.readers.fdinfo import (
     EngineUsage,
     device_utilization,
     engine_task,
     parse_fdinfo,
     read_drm_clients,
-    scrape_clients,
 )
 from tests.helpers import exporter, find, parse, run_cli, value
 from tests.processes.procfs import write_process
@@ -223,19 +224,39 @@ def test_one_walk_per_scrape_shared_by_its_collectors(tmp_path: Path) -> None:
     write_process(procfs, 10, comm="a", fdinfo={3: I915.format(cid=1, local=4, render=5,
                                                                   video=0)})
     deadline = time.monotonic() + 10
-    first = scrape_clients(str(procfs), deadline)
+    scrape = Shared()  # what the exporter hands every collector of one scrape
+    first = drm_clients(Sink("intel", deadline, shared=scrape), str(procfs))
     assert [c.client_id for c in first] == [1]
-    # A second collector of the same scrape (same deadline) gets that walk, not a new one.
+    # A second collector of the same scrape gets that walk, not a new one.
     write_process(procfs, 11, comm="b", fdinfo={3: I915.format(cid=2, local=4, render=5,
                                                                   video=0)})
     results: list[list[int]] = []
     t = threading.Thread(target=lambda: results.append(
-        [c.client_id for c in scrape_clients(str(procfs), deadline)]))
+        [c.client_id for c in drm_clients(Sink("processes", deadline, shared=scrape),
+                                          str(procfs))]))
     t.start()
     t.join(10)
     assert results == [[1]]
     # The next scrape walks again.
-    assert [c.client_id for c in scrape_clients(str(procfs), time.monotonic() + 10)] == [1, 2]
+    assert [c.client_id for c in drm_clients(Sink("intel", deadline), str(procfs))] == [1, 2]
     # A walk past its deadline fails every caller of that scrape.
+    late = Shared()
+    for name in ("intel", "processes"):
+        with pytest.raises(TimeoutError):
+            drm_clients(Sink(name, time.monotonic() - 1, shared=late), str(procfs))
+
+
+def test_a_collector_waits_for_the_shared_walk_only_until_its_deadline() -> None:
+    scrape = Shared()
+    release = threading.Event()
+    owner = threading.Thread(
+        target=lambda: scrape.once("walk", release.wait, time.monotonic() + 10))
+    owner.start()
+    time.sleep(0.05)  # the owner is inside its read
+    started = time.monotonic()
     with pytest.raises(TimeoutError):
-        scrape_clients(str(procfs), time.monotonic() - 1)
+        scrape.once("walk", lambda: pytest.fail("a second reader ran"), time.monotonic() + 0.2)
+    assert 0.15 < time.monotonic() - started < 2
+    release.set()
+    owner.join(10)
+    assert scrape.once("walk", lambda: pytest.fail("read twice"), time.monotonic()) is True
