@@ -50,12 +50,13 @@ def read_bytes(path: Path | str, limit: int = MAX_READ_BYTES) -> bytes | None:
 
 
 def read_text(path: Path | str) -> str | None:
-    """The value as text, NUL padding and white space stripped; None when absent,
+    """The value as text, NUL padding and ASCII white space stripped (what the kernel
+    pads with; other control bytes are content, garbage to parse); None when absent,
     unreadable or empty."""
     raw = read_bytes(path)
     if raw is None:
         return None
-    text = raw.split(b"\0", 1)[0].decode("utf-8", "replace").strip()
+    text = raw.split(b"\0", 1)[0].strip().decode("utf-8", "replace")
     return text or None
 
 
