@@ -27,7 +27,7 @@ run: system-deps-run venv
 	$(BIN)/gpu-exporter $(ARGS)
 
 lint: venv
-	$(BIN)/ruff check gpu_exporter tests
+	$(BIN)/ruff check gpu_exporter tests dashboards scripts
 	$(BIN)/mypy
 
 docs: venv
@@ -40,7 +40,7 @@ podresources-stubs: venv
 
 test: system-deps venv
 	bash scripts/setup-test-host.sh
-	$(BIN)/ruff check gpu_exporter tests
+	$(BIN)/ruff check gpu_exporter tests dashboards scripts
 	$(BIN)/mypy
 	# Benchmarks are measured by `make bench`, not run (or skipped) here.
 	$(BIN)/pytest --ignore=tests/bench $(PYTEST_ARGS)

@@ -1,110 +1,215 @@
 """Writes the Grafana dashboards of this folder: `python dashboards/generate.py`.
 
 The JSON files are what users import (Grafana UI "Import", or file provisioning); this
-script is how we keep four dashboards consistent (datasource variable, host/team/GPU
-variables, a unit on every panel). A test fails when the JSON files are stale.
+script builds them with Grafana's typed builders (`grafana-foundation-sdk`, the release for
+the current dashboard schema) so that the four dashboards stay consistent: the datasource
+variable, the host/team/GPU variables, a unit on every panel, one layout. A test fails when
+the JSON files are stale.
 
 Panels use the `datasource` template variable (type prometheus), never a fixed uid, so the
 same file imports into any Grafana and works with Prometheus or VictoriaMetrics.
+
+To add a panel: pick the helper of its kind (`timeseries`, `stat`, `table`, `bargauge`,
+`heatmap`), give it a title, a unit and its queries as (PromQL, legend) pairs, and
+`board.add()` it under the right `board.row()`; chain any other SDK builder method on the
+panel (`.min(0)`, `.thresholds(...)`) before adding it.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Protocol, Self, TypeVar
+
+from grafana_foundation_sdk.builders import bargauge as sdk_bargauge
+from grafana_foundation_sdk.builders import common as sdk_common
+from grafana_foundation_sdk.builders import dashboard as sdk_dashboard
+from grafana_foundation_sdk.builders import heatmap as sdk_heatmap
+from grafana_foundation_sdk.builders import prometheus as sdk_prometheus
+from grafana_foundation_sdk.builders import stat as sdk_stat
+from grafana_foundation_sdk.builders import table as sdk_table
+from grafana_foundation_sdk.builders import timeseries as sdk_timeseries
+from grafana_foundation_sdk.cog.builder import Builder
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.cog.variants import Dataquery
+from grafana_foundation_sdk.models import common, dashboard
+from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
 HERE = Path(__file__).resolve().parent
-DS = {"type": "prometheus", "uid": "${datasource}"}
+DS = common.DataSourceRef(type_val="prometheus", uid="${datasource}")
 # Every device query filters on these; "All" is ".*", which also matches series without the
 # label (a host whose exporter sets no team).
 SEL = 'host_name=~"$host", team=~"$team", hw_id=~"$gpu"'
 HOST_TEAM = 'host_name=~"$host", team=~"$team"'
+# The scrape's own series (up, scrape_duration_seconds) exist for every target of every job:
+# they are filtered on the jobs that scrape a gpu-exporter, whatever their name.
+JOB = 'job=~"$job"'
 RI = "$__rate_interval"
+GRID_WIDTH = 24
+
+Query = tuple[str, str]
+"""A panel query: (PromQL expression, legend format)."""
 
 
-def variables() -> list[dict[str, Any]]:
-    def query_var(name: str, label: str, query: str) -> dict[str, Any]:
-        return {
-            "name": name, "label": label, "type": "query", "datasource": DS,
-            "query": {"query": query, "refId": f"var-{name}"},
-            "definition": query, "refresh": 2, "multi": True, "includeAll": True,
-            "allValue": ".*", "current": {"selected": True, "text": ["All"],
-                                          "value": ["$__all"]},
-            "sort": 1,
-        }
+# Variables ----------------------------------------------------------------------------------
 
-    out: list[dict[str, Any]] = [{
-        "name": "datasource", "label": "Data source", "type": "datasource",
-        "query": "prometheus", "current": {}, "hide": 0, "refresh": 1,
-    }]
-    out.append(query_var("host", "Host", "label_values(gpu_exporter_build_info, host_name)"))
-    out.append(query_var("team", "Team",
-                         'label_values(gpu_exporter_build_info{host_name=~"$host"}, team)'))
-    out.append(query_var(
-        "gpu", "GPU", 'label_values(hw_gpu_info{host_name=~"$host", team=~"$team"}, hw_id)'))
-    return out
+def _datasource_variable() -> sdk_dashboard.DatasourceVariable:
+    return (sdk_dashboard.DatasourceVariable("datasource").label("Data source")
+            .type("prometheus").hide(dashboard.VariableHide.DONT_HIDE))
 
+
+def _label_variable(name: str, label: str, query: str,
+                    all_value: str | None = ".*") -> sdk_dashboard.QueryVariable:
+    """A multi-select variable over the values of a label, "All" selected."""
+    variable = (
+        sdk_dashboard.QueryVariable(name).label(label).datasource(DS)
+        .query({"query": query, "refId": f"var-{name}"}).definition(query)
+        .refresh(dashboard.VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .sort(dashboard.VariableSort.ALPHABETICAL_ASC)
+        .multi(True).include_all(True)
+        .current(dashboard.VariableOption(selected=True, text=["All"], value=["$__all"])))
+    return variable.all_value(all_value) if all_value is not None else variable
+
+
+def variables() -> list[sdk_dashboard.DatasourceVariable | sdk_dashboard.QueryVariable]:
+    return [
+        _datasource_variable(),
+        _label_variable("host", "Host", "label_values(gpu_exporter_build_info, host_name)"),
+        _label_variable("team", "Team",
+                        'label_values(gpu_exporter_build_info{host_name=~"$host"}, team)'),
+        _label_variable("gpu", "GPU",
+                        'label_values(hw_gpu_info{host_name=~"$host", team=~"$team"}, hw_id)'),
+    ]
+
+
+def job_variable() -> sdk_dashboard.QueryVariable:
+    """The scrape jobs of gpu-exporter targets (a ServiceMonitor's job is its Service's name).
+    No custom "All" value: Grafana then joins the jobs found, so "All" never widens to every
+    job's `up`."""
+    return _label_variable("job", "Job", "label_values(gpu_exporter_build_info, job)",
+                           all_value=None)
+
+
+# Panels: one helper per kind ----------------------------------------------------------------
+
+class PanelBuilder(Protocol):
+    """What every panel builder of the SDK has (a new kind, a gauge or a pie chart, needs
+    nothing more than its helper)."""
+
+    def title(self, title: str) -> Self: ...
+    def description(self, description: str) -> Self: ...
+    def datasource(self, datasource: common.DataSourceRef) -> Self: ...
+    def unit(self, unit: str) -> Self: ...
+    def with_target(self, target: Builder[Dataquery]) -> Self: ...
+
+
+Panel = TypeVar("Panel", bound=PanelBuilder)
+
+
+def _panel(panel: Panel, title: str, unit: str, queries: tuple[Query, ...], description: str,
+           *, instant: bool = False,
+           fmt: PromQueryFormat = PromQueryFormat.TIME_SERIES) -> Panel:
+    assert queries, f"{title}: a panel needs a query"
+    panel.title(title).datasource(DS).unit(unit)
+    if description:
+        panel.description(description)
+    for i, (expr, legend) in enumerate(queries):
+        query = (sdk_prometheus.Dataquery().datasource(DS).ref_id(chr(ord("A") + i))
+                 .expr(expr).legend_format(legend).format(fmt))
+        panel.with_target(query.instant() if instant else query.range())
+    return panel
+
+
+def _legend() -> sdk_common.VizLegendOptions:
+    """Grafana's default legend (the SDK's default hides it)."""
+    return (sdk_common.VizLegendOptions().show_legend(True)
+            .display_mode(common.LegendDisplayMode.LIST).placement(common.LegendPlacement.BOTTOM))
+
+
+def timeseries(title: str, unit: str, *queries: Query,
+               description: str = "") -> sdk_timeseries.Panel:
+    return (_panel(sdk_timeseries.Panel(), title, unit, queries, description)
+            .legend(_legend())
+            .tooltip(sdk_common.VizTooltipOptions().mode(common.TooltipDisplayMode.MULTI)
+                     .sort(common.SortOrder.NONE)))
+
+
+def stat(title: str, unit: str, *queries: Query, description: str = "") -> sdk_stat.Panel:
+    """The last value of the range."""
+    return (_panel(sdk_stat.Panel(), title, unit, queries, description)
+            .reduce_options(sdk_common.ReduceDataOptions().calcs(["lastNotNull"])))
+
+
+def table(title: str, unit: str, *queries: Query, description: str = "") -> sdk_table.Panel:
+    """One row per series at the end of the range, its labels as columns."""
+    return (_panel(sdk_table.Panel(), title, unit, queries, description, instant=True,
+                   fmt=PromQueryFormat.TABLE)
+            .with_transformation(dashboard.DataTransformerConfig(id_val="labelsToFields",
+                                                                 options={})))
+
+
+def bargauge(title: str, unit: str, *queries: Query,
+             description: str = "") -> sdk_bargauge.Panel:
+    """One bar per series at the end of the range."""
+    return (_panel(sdk_bargauge.Panel(), title, unit, queries, description, instant=True)
+            .legend(_legend())
+            .reduce_options(sdk_common.ReduceDataOptions().calcs(["lastNotNull"])))
+
+
+def heatmap(title: str, unit: str, *queries: Query,
+            description: str = "") -> sdk_heatmap.Panel:
+    """Buckets as exported (`sum by (le)` of a histogram): unit of the bucket bounds; the
+    cells count observations."""
+    return (_panel(sdk_heatmap.Panel(), title, unit, queries, description,
+                   fmt=PromQueryFormat.HEATMAP)
+            .calculate(False)
+            .y_axis(sdk_heatmap.YAxisConfig().unit(unit))
+            .cell_values(sdk_heatmap.CellValues().unit("short")))
+
+
+# Dashboards ---------------------------------------------------------------------------------
 
 class Board:
-    def __init__(self, uid: str, title: str, description: str, tags: list[str]) -> None:
-        self.uid = uid
-        self.title = title
-        self.description = description
-        self.tags = tags
-        self.panels: list[dict[str, Any]] = []
-        self.x = 0
-        self.y = 0
+    """A dashboard being built: rows, and panels laid out left to right on Grafana's
+    24-column grid, wrapping to a new line when the next panel does not fit."""
+
+    def __init__(self, uid: str, title: str, description: str, tags: list[str],
+                 extra_variables: tuple[sdk_dashboard.QueryVariable, ...] = ()) -> None:
+        self.dashboard = (
+            sdk_dashboard.Dashboard(title).uid(uid).description(description)
+            .tags(["gpu", "gpu-exporter", *tags]).timezone("browser").editable()
+            .tooltip(dashboard.DashboardCursorSync.CROSSHAIR).version(1).refresh("30s")
+            .time("now-6h", "now").variables([*variables(), *extra_variables])
+            .annotations([]).links([]))
+        self._ids = 0
+        self._x = self._y = self._line_height = 0
+
+    def _next_id(self) -> int:
+        self._ids += 1
+        return self._ids
+
+    def _new_line(self) -> None:
+        self._x, self._y, self._line_height = 0, self._y + self._line_height, 0
 
     def row(self, title: str) -> None:
-        if self.x:
-            self.x, self.y = 0, self.y + 8
-        self.panels.append({"type": "row", "title": title, "collapsed": False,
-                            "gridPos": {"h": 1, "w": 24, "x": 0, "y": self.y},
-                            "id": len(self.panels) + 1, "panels": []})
-        self.y += 1
+        if self._x:
+            self._new_line()
+        self.dashboard.with_row(
+            sdk_dashboard.Row(title).id(self._next_id()).collapsed(False)
+            .grid_pos(dashboard.GridPos(h=1, w=GRID_WIDTH, x=0, y=self._y)))
+        self._y += 1
 
-    def panel(self, title: str, kind: str, unit: str, targets: list[tuple[str, str]],
-              width: int = 12, height: int = 8, description: str = "",
-              instant: bool = False, fmt: str = "time_series",
-              extra: dict[str, Any] | None = None) -> None:
-        if self.x + width > 24:
-            self.x, self.y = 0, self.y + height
-        panel: dict[str, Any] = {
-            "id": len(self.panels) + 1, "type": kind, "title": title,
-            "description": description, "datasource": DS,
-            "gridPos": {"h": height, "w": width, "x": self.x, "y": self.y},
-            "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
-            "options": {},
-            "targets": [
-                {"datasource": DS, "refId": chr(ord("A") + i), "expr": expr,
-                 "legendFormat": legend, "instant": instant, "range": not instant,
-                 "format": fmt}
-                for i, (expr, legend) in enumerate(targets)
-            ],
-        }
-        if kind == "timeseries":
-            panel["options"] = {"legend": {"displayMode": "list", "placement": "bottom"},
-                                "tooltip": {"mode": "multi"}}
-        if kind == "table":
-            panel["transformations"] = [{"id": "labelsToFields", "options": {}}]
-        if extra:
-            panel.update(extra)
-        self.panels.append(panel)
-        self.x += width
-        if self.x >= 24:
-            self.x, self.y = 0, self.y + height
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "uid": self.uid, "title": self.title, "description": self.description,
-            "tags": ["gpu", "gpu-exporter", *self.tags], "timezone": "browser",
-            "editable": True, "graphTooltip": 1, "schemaVersion": 39, "version": 1,
-            "refresh": "30s", "time": {"from": "now-6h", "to": "now"},
-            "templating": {"list": variables()},
-            "annotations": {"list": []}, "links": [], "panels": self.panels,
-        }
+    def add(self, panel: Builder[dashboard.Panel], width: int = 12, height: int = 8) -> None:
+        if self._x + width > GRID_WIDTH:
+            self._new_line()
+        built = panel.build()
+        built.id_val = self._next_id()
+        built.grid_pos = dashboard.GridPos(h=height, w=width, x=self._x, y=self._y)
+        self.dashboard.with_panel(panel)
+        self._x += width
+        self._line_height = max(self._line_height, height)
+        if self._x >= GRID_WIDTH:
+            self._new_line()
 
 
 def fleet() -> Board:
@@ -112,76 +217,78 @@ def fleet() -> Board:
               "Utilization, memory, power, temperature, clocks, errors and health of every "
               "GPU, by host, team and GPU.", ["fleet"])
     b.row("Fleet")
-    b.panel("GPUs answering", "stat", "none", [(f"sum(hw_gpu_up{{{SEL}}})", "up")], 6, 4)
-    b.panel("GPUs not answering", "stat", "none",
-            [(f"count(hw_gpu_up{{{SEL}}} == 0) or vector(0)", "down")], 6, 4)
-    b.panel("Mean utilization", "stat", "percentunit",
-            [(f'avg(hw_gpu_utilization_ratio{{hw_gpu_task="general", {SEL}}})', "")], 6, 4)
-    b.panel("Power drawn", "stat", "watt", [(f"sum(hw_gpu_power_draw_watts{{{SEL}}})", "")],
-            6, 4)
-    b.panel("Health state", "table", "none",
-            [(f"hw_status{{{SEL}}} == 1", "")], 24, 6, instant=True, fmt="table",
-            description="The one hw_state that is 1 for each GPU (ok, degraded, failed).")
-    b.panel("Inventory", "table", "none", [(f"hw_gpu_info{{{SEL}}}", "")], 24, 6,
-            instant=True, fmt="table")
+    b.add(stat("GPUs answering", "none", (f"sum(hw_gpu_up{{{SEL}}})", "up")), 6, 4)
+    b.add(stat("GPUs not answering", "none",
+               (f"count(hw_gpu_up{{{SEL}}} == 0) or vector(0)", "down")), 6, 4)
+    b.add(stat("Mean utilization", "percentunit",
+               (f'avg(hw_gpu_utilization_ratio{{hw_gpu_task="general", {SEL}}})', "")), 6, 4)
+    b.add(stat("Power drawn", "watt", (f"sum(hw_gpu_power_draw_watts{{{SEL}}})", "")), 6, 4)
+    b.add(table("Health state", "none", (f"hw_status{{{SEL}}} == 1", ""),
+                description="The one hw_state that is 1 for each GPU (ok, degraded, failed)."),
+          24, 6)
+    b.add(table("Inventory", "none", (f"hw_gpu_info{{{SEL}}}", "")), 24, 6)
     b.row("Utilization")
-    b.panel("Utilization per GPU", "timeseries", "percentunit",
-            [(f'hw_gpu_utilization_ratio{{hw_gpu_task="general", {SEL}}}',
-              "{{host_name}} GPU {{gpu_index}}")],
-            description="General (compute/graphics) engine busy fraction.")
-    b.panel("Utilization by team (5 min average)", "timeseries", "percentunit",
-            [('team:hw_gpu_utilization_ratio:avg5m{team=~"$team"}', "{{team}}")])
-    b.panel("Utilization by host (5 min average)", "timeseries", "percentunit",
-            [('host_name:hw_gpu_utilization_ratio:avg5m{host_name=~"$host"}', "{{host_name}}")])
-    b.panel("Encoder and decoder utilization", "timeseries", "percentunit",
-            [(f'hw_gpu_utilization_ratio{{hw_gpu_task=~"encoder|decoder", {SEL}}}',
-              "{{host_name}} GPU {{gpu_index}} {{hw_gpu_task}}")])
-    b.panel("Memory controller utilization", "timeseries", "percentunit",
-            [(f"hw_gpu_memory_controller_utilization_ratio{{{SEL}}}",
-              "{{host_name}} GPU {{gpu_index}}")])
+    b.add(timeseries("Utilization per GPU", "percentunit",
+                     (f'hw_gpu_utilization_ratio{{hw_gpu_task="general", {SEL}}}',
+                      "{{host_name}} GPU {{gpu_index}}"),
+                     description="General (compute/graphics) engine busy fraction."))
+    b.add(timeseries("Utilization by team (5 min average)", "percentunit",
+                     ('team:hw_gpu_utilization_ratio:avg5m{team=~"$team"}', "{{team}}")))
+    b.add(timeseries("Utilization by host (5 min average)", "percentunit",
+                     ('host_name:hw_gpu_utilization_ratio:avg5m{host_name=~"$host"}',
+                      "{{host_name}}")))
+    b.add(timeseries("Encoder and decoder utilization", "percentunit",
+                     (f'hw_gpu_utilization_ratio{{hw_gpu_task=~"encoder|decoder", {SEL}}}',
+                      "{{host_name}} GPU {{gpu_index}} {{hw_gpu_task}}")))
+    b.add(timeseries("Memory controller utilization", "percentunit",
+                     (f"hw_gpu_memory_controller_utilization_ratio{{{SEL}}}",
+                      "{{host_name}} GPU {{gpu_index}}")))
     b.row("Memory")
-    b.panel("Memory used", "timeseries", "bytes",
-            [(f"hw_gpu_memory_usage_bytes{{{SEL}}}", "{{host_name}} GPU {{gpu_index}}")])
-    b.panel("Memory used / size", "timeseries", "percentunit",
-            [(f"hw_gpu_memory_usage_bytes{{{SEL}}} / hw_gpu_memory_limit_bytes{{{SEL}}}",
-              "{{host_name}} GPU {{gpu_index}}")])
-    b.panel("Memory per process", "timeseries", "bytes",
-            [(f"process_gpu_memory_usage_bytes{{{SEL}}}",
-              "{{host_name}} GPU {{gpu_index}} {{process_executable_name}} {{process_pid}}")])
+    b.add(timeseries("Memory used", "bytes",
+                     (f"hw_gpu_memory_usage_bytes{{{SEL}}}", "{{host_name}} GPU {{gpu_index}}")))
+    b.add(timeseries("Memory used / size", "percentunit",
+                     (f"hw_gpu_memory_usage_bytes{{{SEL}}} / hw_gpu_memory_limit_bytes{{{SEL}}}",
+                      "{{host_name}} GPU {{gpu_index}}")))
+    b.add(timeseries("Memory per process", "bytes",
+                     (f"process_gpu_memory_usage_bytes{{{SEL}}}",
+                      "{{host_name}} GPU {{gpu_index}} {{process_executable_name}} "
+                      "{{process_pid}}")))
     b.row("Power, temperature, clocks")
-    b.panel("Power draw and limit", "timeseries", "watt",
-            [(f"hw_gpu_power_draw_watts{{{SEL}}}", "{{host_name}} GPU {{gpu_index}} draw"),
-             (f"hw_gpu_power_limit_watts{{{SEL}}}", "{{host_name}} GPU {{gpu_index}} limit")])
-    b.panel("Temperature", "timeseries", "celsius",
-            [(f"hw_gpu_temperature_celsius{{{SEL}}}",
-              "{{host_name}} GPU {{gpu_index}} {{sensor}}")])
-    b.panel("Clocks", "timeseries", "hertz",
-            [(f"hw_gpu_clock_hertz{{{SEL}}}",
-              "{{host_name}} GPU {{gpu_index}} {{hw_gpu_clock_domain}}")])
-    b.panel("Fan speed", "timeseries", "percentunit",
-            [(f"hw_gpu_fan_speed_ratio{{{SEL}}}", "{{host_name}} GPU {{gpu_index}} fan {{fan}}")])
-    b.panel("Clock throttle reasons active", "timeseries", "none",
-            [(f"hw_gpu_clock_throttle_active{{{SEL}}}",
-              "{{host_name}} GPU {{gpu_index}} {{reason}}")],
-            description="1 while the reason limits the clocks; sw_power_cap under load is "
-            "normal, hw_thermal/sw_thermal/hw_power_brake are not.")
-    b.panel("PCIe traffic", "timeseries", "Bps",
-            [(f"rate(hw_gpu_io_bytes_total{{{SEL}}}[{RI}])",
-              "{{host_name}} GPU {{gpu_index}} {{network_io_direction}}")])
+    b.add(timeseries("Power draw and limit", "watt",
+                     (f"hw_gpu_power_draw_watts{{{SEL}}}", "{{host_name}} GPU {{gpu_index}} draw"),
+                     (f"hw_gpu_power_limit_watts{{{SEL}}}",
+                      "{{host_name}} GPU {{gpu_index}} limit")))
+    b.add(timeseries("Temperature", "celsius",
+                     (f"hw_gpu_temperature_celsius{{{SEL}}}",
+                      "{{host_name}} GPU {{gpu_index}} {{sensor}}")))
+    b.add(timeseries("Clocks", "hertz",
+                     (f"hw_gpu_clock_hertz{{{SEL}}}",
+                      "{{host_name}} GPU {{gpu_index}} {{hw_gpu_clock_domain}}")))
+    b.add(timeseries("Fan speed", "percentunit",
+                     (f"hw_gpu_fan_speed_ratio{{{SEL}}}",
+                      "{{host_name}} GPU {{gpu_index}} fan {{fan}}")))
+    b.add(timeseries("Clock throttle reasons active", "none",
+                     (f"hw_gpu_clock_throttle_active{{{SEL}}}",
+                      "{{host_name}} GPU {{gpu_index}} {{reason}}"),
+                     description="1 while the reason limits the clocks; sw_power_cap under load "
+                     "is normal, hw_thermal/sw_thermal/hw_power_brake are not."))
+    b.add(timeseries("PCIe traffic", "Bps",
+                     (f"rate(hw_gpu_io_bytes_total{{{SEL}}}[{RI}])",
+                      "{{host_name}} GPU {{gpu_index}} {{network_io_direction}}")))
     b.row("Errors")
-    b.panel("Hardware errors", "timeseries", "short",
-            [(f"sum by (host_name, gpu_index, error_type) "
-              f"(increase(hw_errors_total{{{SEL}}}[{RI}]))",
-              "{{host_name}} GPU {{gpu_index}} {{error_type}}")],
-            description="New errors per interval; uncorrected ECC means: take the card out.")
-    b.panel("Errors since reset", "table", "short",
-            [(f"hw_errors_total{{{SEL}}}", "")], instant=True, fmt="table")
-    b.panel("XID events", "timeseries", "short",
-            [(f"sum by (host_name, gpu_index, xid) "
-              f"(increase(hw_gpu_xid_errors_total{{{SEL}}}[{RI}]))",
-              "{{host_name}} GPU {{gpu_index}} XID {{xid}}")])
-    b.panel("GPU answering", "timeseries", "none",
-            [(f"hw_gpu_up{{{SEL}}}", "{{host_name}} GPU {{gpu_index}}")])
+    b.add(timeseries("Hardware errors", "short",
+                     (f"sum by (host_name, gpu_index, error_type) "
+                      f"(increase(hw_errors_total{{{SEL}}}[{RI}]))",
+                      "{{host_name}} GPU {{gpu_index}} {{error_type}}"),
+                     description="New errors per interval; uncorrected ECC means: take the card "
+                     "out."))
+    b.add(table("Errors since reset", "short", (f"hw_errors_total{{{SEL}}}", "")))
+    b.add(timeseries("XID events", "short",
+                     (f"sum by (host_name, gpu_index, xid) "
+                      f"(increase(hw_gpu_xid_errors_total{{{SEL}}}[{RI}]))",
+                      "{{host_name}} GPU {{gpu_index}} XID {{xid}}")))
+    b.add(timeseries("GPU answering", "none",
+                     (f"hw_gpu_up{{{SEL}}}", "{{host_name}} GPU {{gpu_index}}")))
     return b
 
 
@@ -190,43 +297,48 @@ def cost() -> Board:
               "Idle spend, energy and energy cost, by team, host and GPU. Prices come from "
               "alerts/gpu-prices.rules.yml (recording rules).", ["cost"])
     g = f"gpu:gpu_idle_cost_dollars_per_hour{{{SEL}}}"
+    kwh = f"sum(increase(hw_gpu_energy_consumed_joules_total{{{SEL}}}[$__range])) / 3.6e6"
     b.row("Idle spend")
-    b.panel("Idle spend now", "stat", "currencyUSD", [(f"sum({g})", "")], 8, 4,
-            description="Dollars per hour paid for the idle share of the selected GPUs.")
-    b.panel("Energy, selected range", "stat", "kwatth",
-            [(f"sum(increase(hw_gpu_energy_consumed_joules_total{{{SEL}}}[$__range])) / 3.6e6",
-              "")], 8, 4)
-    b.panel("Energy cost, selected range", "stat", "currencyUSD",
-            [(f"sum(increase(hw_gpu_energy_consumed_joules_total{{{SEL}}}[$__range])) / 3.6e6 "
-              "* scalar(energy:price_dollars_per_kwh)", "")], 8, 4)
-    b.panel("Idle spend by team", "timeseries", "currencyUSD",
-            [('team:gpu_idle_cost_dollars_per_hour{team=~"$team"}', "{{team}}")],
-            description="Dollars per hour: (1 - utilization) x price per GPU-hour.")
-    b.panel("Idle spend per GPU", "timeseries", "currencyUSD",
-            [(g, "{{host_name}} GPU {{gpu_index}} {{hw_name}}")])
-    b.panel("Idle spend by host", "bargauge", "currencyUSD",
-            [('host_name:gpu_idle_cost_dollars_per_hour{host_name=~"$host"}', "{{host_name}}")],
-            instant=True)
-    b.panel("Price per GPU-hour by model", "table", "currencyUSD",
-            [("gpu:price_dollars_per_gpu_hour", "")], instant=True, fmt="table",
-            description="Edit in alerts/gpu-prices.rules.yml.")
+    b.add(stat("Idle spend now", "currencyUSD", (f"sum({g})", ""),
+               description="Dollars per hour paid for the idle share of the selected GPUs."),
+          8, 4)
+    b.add(stat("Energy, selected range", "kwatth", (kwh, "")), 8, 4)
+    b.add(stat("Energy cost, selected range", "currencyUSD",
+               (f"{kwh} * scalar(energy:price_dollars_per_kwh)", "")), 8, 4)
+    b.add(timeseries("Idle spend by team", "currencyUSD",
+                     ('team:gpu_idle_cost_dollars_per_hour{team=~"$team"}', "{{team}}"),
+                     description="Dollars per hour: (1 - utilization) x price per GPU-hour."))
+    b.add(timeseries("Idle spend per GPU", "currencyUSD",
+                     (g, "{{host_name}} GPU {{gpu_index}} {{hw_name}}")))
+    b.add(bargauge("Idle spend by host", "currencyUSD",
+                   ('host_name:gpu_idle_cost_dollars_per_hour{host_name=~"$host"}',
+                    "{{host_name}}")))
+    b.add(table("Price per GPU-hour by model", "currencyUSD",
+                ("gpu:price_dollars_per_gpu_hour", ""),
+                description="Edit in alerts/gpu-prices.rules.yml."))
     b.row("Energy")
-    b.panel("Energy per hour by team", "timeseries", "kwatth",
-            [('team:hw_gpu_energy_kwh:increase1h{team=~"$team"}', "{{team}}")])
-    b.panel("Energy per hour by host", "timeseries", "kwatth",
-            [('host_name:hw_gpu_energy_kwh:increase1h{host_name=~"$host"}', "{{host_name}}")])
-    b.panel("Energy by host, selected range", "bargauge", "kwatth",
-            [(f"sum by (host_name) (increase(hw_gpu_energy_consumed_joules_total{{{SEL}}}"
-              f"[$__range])) / 3.6e6", "{{host_name}}")], instant=True)
-    b.panel("Power by team", "timeseries", "watt",
-            [(f"sum by (team) (hw_gpu_power_draw_watts{{{SEL}}})", "{{team}}")])
+    b.add(timeseries("Energy per hour by team", "kwatth",
+                     ('team:hw_gpu_energy_kwh:increase1h{team=~"$team"}', "{{team}}")))
+    b.add(timeseries("Energy per hour by host", "kwatth",
+                     ('host_name:hw_gpu_energy_kwh:increase1h{host_name=~"$host"}',
+                      "{{host_name}}")))
+    b.add(bargauge("Energy by host, selected range", "kwatth",
+                   (f"sum by (host_name) (increase(hw_gpu_energy_consumed_joules_total{{{SEL}}}"
+                    f"[$__range])) / 3.6e6", "{{host_name}}")))
+    b.add(timeseries("Power by team", "watt",
+                     (f"sum by (team) (hw_gpu_power_draw_watts{{{SEL}}})", "{{team}}")))
     b.row("Energy cost")
-    b.panel("Energy cost per hour by team", "timeseries", "currencyUSD",
-            [('team:hw_gpu_energy_cost_dollars:increase1h{team=~"$team"}', "{{team}}")])
-    b.panel("Energy cost per hour by host", "timeseries", "currencyUSD",
-            [('host_name:hw_gpu_energy_cost_dollars:increase1h{host_name=~"$host"}',
-              "{{host_name}}")])
+    b.add(timeseries("Energy cost per hour by team", "currencyUSD",
+                     ('team:hw_gpu_energy_cost_dollars:increase1h{team=~"$team"}', "{{team}}")))
+    b.add(timeseries("Energy cost per hour by host", "currencyUSD",
+                     ('host_name:hw_gpu_energy_cost_dollars:increase1h{host_name=~"$host"}',
+                      "{{host_name}}")))
     return b
+
+
+def _quantile(q: float, metric: str, by: str, selector: str = HOST_TEAM) -> str:
+    return (f"histogram_quantile({q}, sum by (le, {by}) "
+            f"(rate({metric}_bucket{{{selector}}}[{RI}])))")
 
 
 def cuda() -> Board:
@@ -234,96 +346,94 @@ def cuda() -> Board:
               "CUDA activity seen by the exporter's eBPF probes: launches, copies, "
               "allocations, synchronisation.", ["cuda", "ebpf"])
     s = HOST_TEAM
+    exe = "process_executable_name"
     b.row("Launches")
-    b.panel("Top kernels by launch rate", "timeseries", "ops",
-            [(f"topk(10, sum by (cuda_kernel_name) "
-              f"(rate(gpu_kernel_launch_calls_total{{{s}}}[{RI}])))", "{{cuda_kernel_name}}")])
-    b.panel("Launch rate by program and API", "timeseries", "ops",
-            [(f"sum by (host_name, process_executable_name, cuda_api) "
-              f"(rate(gpu_kernel_launch_calls_total{{{s}}}[{RI}]))",
-              "{{host_name}} {{process_executable_name}} {{cuda_api}}")])
-    b.panel("Grid size (median, p99)", "timeseries", "short",
-            [(f"histogram_quantile(0.5, sum by (le, process_executable_name) "
-              f"(rate(gpu_kernel_grid_size_bucket{{{s}}}[{RI}])))",
-              "{{process_executable_name}} p50"),
-             (f"histogram_quantile(0.99, sum by (le, process_executable_name) "
-              f"(rate(gpu_kernel_grid_size_bucket{{{s}}}[{RI}])))",
-              "{{process_executable_name}} p99")], description="Blocks per grid.")
-    b.panel("Block size (median)", "timeseries", "short",
-            [(f"histogram_quantile(0.5, sum by (le, process_executable_name) "
-              f"(rate(gpu_kernel_block_size_bucket{{{s}}}[{RI}])))",
-              "{{process_executable_name}}")], description="Threads per block.")
-    b.panel("Kernel duration model (p90)", "timeseries", "s",
-            [(f"histogram_quantile(0.9, sum by (le, cuda_kernel_name) "
-              f"(rate(gpu_kernel_duration_seconds_bucket{{{s}}}[{RI}])))",
-              "{{cuda_kernel_name}}")],
-            description="Launch to the synchronising call that covered it: an upper bound "
-            "model, not device execution time.")
+    b.add(timeseries("Top kernels by launch rate", "ops",
+                     (f"topk(10, sum by (cuda_kernel_name) "
+                      f"(rate(gpu_kernel_launch_calls_total{{{s}}}[{RI}])))",
+                      "{{cuda_kernel_name}}")))
+    b.add(timeseries("Launch rate by program and API", "ops",
+                     (f"sum by (host_name, process_executable_name, cuda_api) "
+                      f"(rate(gpu_kernel_launch_calls_total{{{s}}}[{RI}]))",
+                      "{{host_name}} {{process_executable_name}} {{cuda_api}}")))
+    b.add(timeseries("Grid size (median, p99)", "short",
+                     (_quantile(0.5, "gpu_kernel_grid_size", exe),
+                      "{{process_executable_name}} p50"),
+                     (_quantile(0.99, "gpu_kernel_grid_size", exe),
+                      "{{process_executable_name}} p99"),
+                     description="Blocks per grid."))
+    b.add(timeseries("Block size (median)", "short",
+                     (_quantile(0.5, "gpu_kernel_block_size", exe),
+                      "{{process_executable_name}}"),
+                     description="Threads per block."))
+    b.add(timeseries("Kernel duration model (p90)", "s",
+                     (_quantile(0.9, "gpu_kernel_duration_seconds", "cuda_kernel_name"),
+                      "{{cuda_kernel_name}}"),
+                     description="Launch to the synchronising call that covered it: an upper "
+                     "bound model, not device execution time."))
     b.row("Memory copies and allocations")
-    b.panel("Copy throughput by direction", "timeseries", "Bps",
-            [(f"sum by (cuda_memcpy_kind) (rate(gpu_memory_copies_bytes_sum{{{s}}}[{RI}]))",
-              "{{cuda_memcpy_kind}}")])
-    b.panel("Copy size distribution", "heatmap", "bytes",
-            [(f"sum by (le) (increase(gpu_memory_copies_bytes_bucket{{{s}}}[{RI}]))",
-              "{{le}}")], fmt="heatmap",
-            extra={"options": {"calculate": False, "yAxis": {"unit": "bytes"},
-                               "cellValues": {"unit": "short"}}})
-    b.panel("Copies per second by direction", "timeseries", "ops",
-            [(f"sum by (cuda_memcpy_kind) (rate(gpu_memory_copies_bytes_count{{{s}}}[{RI}]))",
-              "{{cuda_memcpy_kind}}")])
-    b.panel("Allocation size (median, p99)", "timeseries", "bytes",
-            [(f"histogram_quantile(0.5, sum by (le, process_executable_name) "
-              f"(rate(gpu_memory_allocations_bytes_bucket{{{s}}}[{RI}])))",
-              "{{process_executable_name}} p50"),
-             (f"histogram_quantile(0.99, sum by (le, process_executable_name) "
-              f"(rate(gpu_memory_allocations_bytes_bucket{{{s}}}[{RI}])))",
-              "{{process_executable_name}} p99")])
-    b.panel("Bytes allocated per second", "timeseries", "Bps",
-            [(f"sum by (process_executable_name, cuda_api) "
-              f"(rate(gpu_memory_allocations_bytes_sum{{{s}}}[{RI}]))",
-              "{{process_executable_name}} {{cuda_api}}")])
+    b.add(timeseries("Copy throughput by direction", "Bps",
+                     (f"sum by (cuda_memcpy_kind) "
+                      f"(rate(gpu_memory_copies_bytes_sum{{{s}}}[{RI}]))",
+                      "{{cuda_memcpy_kind}}")))
+    b.add(heatmap("Copy size distribution", "bytes",
+                  (f"sum by (le) (increase(gpu_memory_copies_bytes_bucket{{{s}}}[{RI}]))",
+                   "{{le}}")))
+    b.add(timeseries("Copies per second by direction", "ops",
+                     (f"sum by (cuda_memcpy_kind) "
+                      f"(rate(gpu_memory_copies_bytes_count{{{s}}}[{RI}]))",
+                      "{{cuda_memcpy_kind}}")))
+    b.add(timeseries("Allocation size (median, p99)", "bytes",
+                     (_quantile(0.5, "gpu_memory_allocations_bytes", exe),
+                      "{{process_executable_name}} p50"),
+                     (_quantile(0.99, "gpu_memory_allocations_bytes", exe),
+                      "{{process_executable_name}} p99")))
+    b.add(timeseries("Bytes allocated per second", "Bps",
+                     (f"sum by (process_executable_name, cuda_api) "
+                      f"(rate(gpu_memory_allocations_bytes_sum{{{s}}}[{RI}]))",
+                      "{{process_executable_name}} {{cuda_api}}")))
     b.row("Synchronisation")
-    b.panel("Time blocked in synchronising calls", "timeseries", "s",
-            [(f"sum by (cuda_sync_call) (rate(gpu_sync_duration_seconds_sum{{{s}}}[{RI}]))",
-              "{{cuda_sync_call}}")],
-            description="Seconds blocked per second, summed over threads.")
-    b.panel("Sync call duration (p99)", "timeseries", "s",
-            [(f"histogram_quantile(0.99, sum by (le, cuda_sync_call) "
-              f"(rate(gpu_sync_duration_seconds_bucket{{{s}}}[{RI}])))", "{{cuda_sync_call}}")])
+    b.add(timeseries("Time blocked in synchronising calls", "s",
+                     (f"sum by (cuda_sync_call) (rate(gpu_sync_duration_seconds_sum{{{s}}}"
+                      f"[{RI}]))", "{{cuda_sync_call}}"),
+                     description="Seconds blocked per second, summed over threads."))
+    b.add(timeseries("Sync call duration (p99)", "s",
+                     (_quantile(0.99, "gpu_sync_duration_seconds", "cuda_sync_call"),
+                      "{{cuda_sync_call}}")))
     return b
 
 
 def health() -> Board:
     b = Board("gpu-exporter-health", "GPU exporter health",
               "Is the exporter itself healthy: scrapes, collectors, features, eBPF.",
-              ["exporter"])
-    h = 'host_name=~"$host", team=~"$team"'
+              ["exporter"], extra_variables=(job_variable(),))
+    h = HOST_TEAM
     b.row("Scrapes and collectors")
-    b.panel("Exporter targets up", "timeseries", "none",
-            [('up{job="gpu-exporter"}', "{{instance}}")],
-            description='Scrape job must be named "gpu-exporter" (as in the alert pack).')
-    b.panel("Scrape duration", "timeseries", "s",
-            [('scrape_duration_seconds{job="gpu-exporter"}', "{{instance}}")])
-    b.panel("Collector success", "timeseries", "none",
-            [(f"gpu_exporter_collector_success{{{h}}}", "{{host_name}} {{collector}}")])
-    b.panel("Collector duration", "timeseries", "s",
-            [(f"gpu_exporter_collector_duration_seconds{{{h}}}", "{{host_name}} {{collector}}")])
-    b.panel("Feature status", "table", "none",
-            [(f"gpu_exporter_feature_status{{{h}}} == 1", "")], 24, 8, instant=True,
-            fmt="table", description="enabled / unavailable (with the reason in the log "
-            "and `gpu-exporter doctor`) / disabled.")
-    b.panel("Build", "table", "none", [(f"gpu_exporter_build_info{{{h}}}", "")], 24, 5,
-            instant=True, fmt="table")
+    b.add(timeseries("Exporter targets up", "none", (f"up{{{JOB}}}", "{{instance}}"),
+                     description="Every target of the scrape jobs picked in Job (those that "
+                     "scrape a gpu-exporter; the alert pack's exporter_selector)."))
+    b.add(timeseries("Scrape duration", "s",
+                     (f"scrape_duration_seconds{{{JOB}}}", "{{instance}}")))
+    b.add(timeseries("Collector success", "none",
+                     (f"gpu_exporter_collector_success{{{h}}}", "{{host_name}} {{collector}}")))
+    b.add(timeseries("Collector duration", "s",
+                     (f"gpu_exporter_collector_duration_seconds{{{h}}}",
+                      "{{host_name}} {{collector}}")))
+    b.add(table("Feature status", "none", (f"gpu_exporter_feature_status{{{h}}} == 1", ""),
+                description="enabled / unavailable (with the reason in the log and "
+                "`gpu-exporter doctor`) / disabled."), 24, 8)
+    b.add(table("Build", "none", (f"gpu_exporter_build_info{{{h}}}", "")), 24, 5)
     b.row("eBPF")
-    b.panel("Attached CUDA libraries", "timeseries", "short",
-            [(f"gpu_exporter_ebpf_attached_libraries{{{h}}}", "{{host_name}} {{library}}")])
-    b.panel("eBPF events dropped", "timeseries", "ops",
-            [(f"sum by (host_name, reason) "
-              f"(rate(gpu_exporter_ebpf_events_dropped_total{{{h}}}[{RI}]))",
-              "{{host_name}} {{reason}}")])
-    b.panel("Launches beyond the kernel-name cap", "timeseries", "ops",
-            [(f"rate(gpu_exporter_ebpf_kernel_names_overflow_total{{{h}}}[{RI}])",
-              "{{host_name}}")])
+    b.add(timeseries("Attached CUDA libraries", "short",
+                     (f"gpu_exporter_ebpf_attached_libraries{{{h}}}",
+                      "{{host_name}} {{library}}")))
+    b.add(timeseries("eBPF events dropped", "ops",
+                     (f"sum by (host_name, reason) "
+                      f"(rate(gpu_exporter_ebpf_events_dropped_total{{{h}}}[{RI}]))",
+                      "{{host_name}} {{reason}}")))
+    b.add(timeseries("Launches beyond the kernel-name cap", "ops",
+                     (f"rate(gpu_exporter_ebpf_kernel_names_overflow_total{{{h}}}[{RI}])",
+                      "{{host_name}}")))
     return b
 
 
@@ -332,7 +442,9 @@ BOARDS = {"fleet-overview.json": fleet, "cost-energy.json": cost,
 
 
 def render() -> dict[str, str]:
-    return {name: json.dumps(make().to_json(), indent=2) + "\n" for name, make in BOARDS.items()}
+    encoder = JSONEncoder(sort_keys=True, indent=2)
+    return {name: encoder.encode(make().dashboard.build()) + "\n"
+            for name, make in BOARDS.items()}
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ variables and units the issue asks for, every metric from the catalogue. The e2e
 from __future__ import annotations
 
 import importlib.util
+import re
 from typing import Any
 
 import pytest
@@ -127,3 +128,69 @@ def test_every_metric_a_dashboard_reads_is_in_the_catalogue() -> None:
 
 def _names_with_colon(expr: str) -> set[str]:
     return {n for n in metric_names(expr) if ":" in n}
+
+
+def test_no_panel_names_a_scrape_job() -> None:
+    """A ServiceMonitor's job is its Service's name, a scrape config's whatever its author
+    chose: the scrape's own series are filtered on the $job variable, never on a name."""
+    scrape_queries = 0
+    for q in queries():
+        assert not re.search(r"\bjob\s*(=|!=|=~|!~)\s*\"(?!\$job\")", q.expr), q.id
+        if metric_names(q.expr) & SCRAPE_SYNTHETIC:
+            scrape_queries += 1
+            assert 'job=~"$job"' in q.expr, q.id
+    assert scrape_queries >= 2
+
+
+def test_the_job_variable_offers_the_jobs_of_gpu_exporters_only() -> None:
+    """"All" must not widen `up{job=~"$job"}` to every target of every job: no custom
+    all value (Grafana then joins the jobs found), and those are the jobs of series only a
+    gpu-exporter has."""
+    for path in DASHBOARD_FILES:
+        job = {v["name"]: v for v in load(path)["templating"]["list"]}.get("job")
+        if job is None:
+            continue
+        assert job["type"] == "query" and job["includeAll"] and "allValue" not in job
+        m = re.fullmatch(r"label_values\((\w+)(\{.*\})?,\s*job\)", job["definition"])
+        assert m and m.group(1) in BY_NAME, job["definition"]
+
+
+@pytest.mark.parametrize("path", DASHBOARD_FILES, ids=IDS)
+def test_every_variable_a_query_uses_is_on_its_dashboard(path: Any) -> None:
+    doc = load(path)
+    defined = {v["name"] for v in doc["templating"]["list"]}
+    for p in panels(doc):
+        for t in p["targets"]:
+            used = {a or b for a, b in re.findall(r"\$\{(\w+)\}|\$(\w+)", t["expr"])}
+            assert {u for u in used if not u.startswith("__")} <= defined, (p["title"], used)
+
+
+@pytest.mark.parametrize("path", DASHBOARD_FILES, ids=IDS)
+def test_panels_show_what_grafana_shows_by_default(path: Any) -> None:
+    """The builders' own defaults would hide legends, sort tooltips and leave stats without
+    a reduction; the panels keep Grafana's: legend shown, tooltip unsorted, last value."""
+    for p in panels(doc := load(path)):
+        options = p["options"]
+        if p["type"] in ("timeseries", "bargauge"):
+            assert options["legend"]["showLegend"] is True, p["title"]
+        if p["type"] == "timeseries":
+            assert options["tooltip"] == {"mode": "multi", "sort": "none"}, p["title"]
+        if p["type"] in ("stat", "bargauge"):
+            assert options["reduceOptions"]["calcs"] == ["lastNotNull"], p["title"]
+    assert doc["graphTooltip"] == 1
+
+
+@pytest.mark.parametrize("path", DASHBOARD_FILES, ids=IDS)
+def test_panels_tile_the_grid_without_overlap(path: Any) -> None:
+    doc = load(path)
+    taken: set[tuple[int, int]] = set()
+    ids = []
+    for p in doc["panels"]:
+        g = p["gridPos"]
+        assert g["x"] >= 0 and g["x"] + g["w"] <= 24 and g["w"] > 0 and g["h"] > 0, p["title"]
+        cells = {(x, y) for x in range(g["x"], g["x"] + g["w"])
+                 for y in range(g["y"], g["y"] + g["h"])}
+        assert not cells & taken, f"{p['title']} overlaps another panel"
+        taken |= cells
+        ids.append(p["id"])
+    assert len(set(ids)) == len(ids)

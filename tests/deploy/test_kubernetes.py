@@ -125,7 +125,7 @@ def test_scrape_objects_select_the_service() -> None:
         assert spec["namespaceSelector"]["matchNames"] == [service["metadata"]["namespace"]]
         assert {e["port"] for e in spec["endpoints"]} <= {p["name"] for p in
                                                           service["spec"]["ports"]}
-    # The alert pack selects job="gpu-exporter": the job label is the Service's name.
+    # The job label is the Service's name: the alert pack's default exporter selector.
     assert service["metadata"]["name"] == "gpu-exporter"
 
 
