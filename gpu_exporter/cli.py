@@ -18,13 +18,22 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import click
+from click.core import ParameterSource
 
 from gpu_exporter import __version__, flagtypes, logs
 from gpu_exporter.collectors import REGISTRY
-from gpu_exporter.collectors.base import Availability, CollectorFault, Feature, Option
+from gpu_exporter.collectors.base import Availability, CollectorFault, Feature
 from gpu_exporter.exporter import GpuExporterCollector, make_registry
 from gpu_exporter.resource import resource_labels
-from gpu_exporter.settings import ConfigError, Settings
+from gpu_exporter.settings import (
+    PROCFS,
+    RETRY_INTERVAL,
+    SCRAPE_TIMEOUT,
+    SYSFS,
+    ConfigError,
+    Option,
+    Settings,
+)
 
 EXIT_CONFIG, EXIT_LISTEN, EXIT_FAULT = 2, 3, 4
 log = logging.getLogger("gpu_exporter")
@@ -49,7 +58,7 @@ class _FlagType(_ParamType):
 
     def __init__(self, func: Callable[[str], Any]) -> None:
         self.func = func
-        self.name = func.__name__
+        self.name = getattr(func, "__name__", type(func).__name__.lower())
 
     def convert(self, value: Any, param: click.Parameter | None,
                 ctx: click.Context | None) -> Any:
@@ -61,21 +70,20 @@ class _FlagType(_ParamType):
             self.fail(str(exc), param, ctx)
 
 
-GLOBAL_OPTIONS: tuple[Option, ...] = (
-    Option("web.listen-address", str, ":9445", "Address to listen on, [host]:port."),
-    Option("web.telemetry-path", str, "/metrics", "Path under which to expose metrics."),
+GLOBAL_OPTIONS: tuple[Option[Any], ...] = (
+    Option("web.listen-address", flagtypes.listen_address, ":9445",
+           "Address to listen on, [host]:port."),
+    Option("web.telemetry-path", flagtypes.telemetry_path, "/metrics",
+           "Path under which to expose metrics."),
     Option("web.config.file", str, "",
            "Path to a Prometheus exporter-toolkit web config (TLS, basic auth, headers)."),
-    Option("web.read-header-timeout", flagtypes.seconds, 10.0,
+    Option("web.read-header-timeout", flagtypes.Seconds(0.1, 300), 10.0,
            "Seconds a client has to send a request's headers (and finish the TLS "
            "handshake); slower clients are disconnected."),
-    Option("path.sysfs", str, "/sys", "sysfs mount point."),
-    Option("path.procfs", str, "/proc", "procfs mount point."),
-    Option("scrape.timeout", flagtypes.seconds, 5.0,
-           "Seconds a scrape may take; a device that has not answered by then reads "
-           "hw_gpu_up 0."),
-    Option("collector.retry-interval", flagtypes.seconds, 30.0,
-           "Seconds between attempts to start an unavailable collector."),
+    SYSFS,
+    PROCFS,
+    SCRAPE_TIMEOUT,
+    RETRY_INTERVAL,
     Option("log.level", click.Choice(["debug", "info", "warn", "error"]), "info",
            "Log level."),
     Option("log.format", click.Choice(["logfmt", "json"]), "logfmt", "Log format."),
@@ -89,8 +97,8 @@ EXTRA_ENVVARS: dict[str, tuple[str, ...]] = {
 }
 
 
-def _click_option(opt: Option, *, prefix: str = "") -> Callable[[Any], Any]:
-    flag = prefix + opt.name
+def _click_option(opt: Option[Any]) -> Callable[[Any], Any]:
+    flag = opt.name
     kwargs: dict[str, Any] = {
         "default": opt.default, "show_default": True, "help": opt.help,
         "envvar": [env_name(flag), *EXTRA_ENVVARS.get(flag, ())], "show_envvar": True,
@@ -104,19 +112,23 @@ def _click_option(opt: Option, *, prefix: str = "") -> Callable[[Any], Any]:
     return click.option(f"--{flag}", param_name(flag), **kwargs)
 
 
-def all_options() -> list[Callable[[Any], Any]]:
-    decorators = [_click_option(o) for o in GLOBAL_OPTIONS]
-    for cls in REGISTRY:
-        decorators.append(_click_option(Option(
-            cls.name, bool, cls.default_enabled, f"Enable the {cls.name} collector: {cls.help}",
-            is_flag=True), prefix="collector."))
-        decorators.extend(_click_option(o) for o in cls.options)
-    return decorators
+def collector_options() -> list[Option[Any]]:
+    """Every collector's own options, once each (collectors may share one, as the PCI
+    discovery options of amd and intel)."""
+    return list(dict.fromkeys(o for cls in REGISTRY for o in cls.options))
+
+
+def every_option() -> list[Option[Any]]:
+    """Every flag: the global ones, one switch per collector, the collectors' own."""
+    switches = [Option(f"collector.{cls.name}", bool, cls.default_enabled,
+                       f"Enable the {cls.name} collector: {cls.help}", is_flag=True)
+                for cls in REGISTRY]
+    return [*GLOBAL_OPTIONS, *switches, *collector_options()]
 
 
 def with_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    for decorator in reversed(all_options()):
-        fn = decorator(fn)
+    for opt in reversed(every_option()):
+        fn = _click_option(opt)(fn)
     return fn
 
 
@@ -125,17 +137,14 @@ def build_settings(params: dict[str, Any], env: dict[str, str] | None = None) ->
     enabled = frozenset(
         cls.name for cls in REGISTRY if params.get(param_name("collector." + cls.name))
     )
-    options = {
-        o.name: params[param_name(o.name)] for cls in REGISTRY for o in cls.options
-    }
     return Settings(
-        sysfs=params["path_sysfs"],
-        procfs=params["path_procfs"],
-        scrape_timeout_seconds=params["scrape_timeout"],
+        sysfs=params[param_name(SYSFS.name)],
+        procfs=params[param_name(PROCFS.name)],
+        scrape_timeout_seconds=params[param_name(SCRAPE_TIMEOUT.name)],
         enabled_collectors=enabled,
         resource_labels=resource_labels(env),
-        options=options,
-        retry_interval_seconds=params["collector_retry_interval"],
+        options={o.name: params[param_name(o.name)] for o in collector_options()},
+        retry_interval_seconds=params[param_name(RETRY_INTERVAL.name)],
     )
 
 
@@ -185,16 +194,13 @@ def serve(params: dict[str, Any]) -> None:
     def bind(exporter: GpuExporterCollector) -> None:
         # Bound before the collectors start: a bad address or a port in use is the one
         # line the operator sees, not the last of the collectors' start-up logs.
-        path = params["web_telemetry_path"]
         try:
-            if not path.startswith("/"):
-                raise ConfigError(f"invalid --web.telemetry-path {path!r}: must start with /")
             bound.append(make_server(
-                params["web_listen_address"], make_registry(exporter), path, web_config,
-                params["web_read_header_timeout"],
+                params["web_listen_address"], make_registry(exporter),
+                params["web_telemetry_path"], web_config, params["web_read_header_timeout"],
             ))
-        except (ConfigError, ListenError) as exc:
-            _fault(EXIT_CONFIG if isinstance(exc, ConfigError) else EXIT_LISTEN, str(exc))
+        except ListenError as exc:
+            _fault(EXIT_LISTEN, str(exc))
 
     exporter = _start(params, prepare=bind)
     server = bound[0]
@@ -229,20 +235,36 @@ def main(ctx: click.Context, /, **params: Any) -> None:
         serve(params)
 
 
+def _with_flags_before(ctx: click.Context, params: dict[str, Any]) -> dict[str, Any]:
+    """Flags given before the command apply to it (`gpu-exporter --collector.ebpf
+    doctor`); a flag given on both sides takes the command's own value."""
+    parent = ctx.parent
+    if parent is None:
+        return params
+    merged = dict(params)
+    for name in params:
+        if (ctx.get_parameter_source(name) is not ParameterSource.COMMANDLINE
+                and parent.get_parameter_source(name) is ParameterSource.COMMANDLINE):
+            merged[name] = parent.params[name]
+    return merged
+
+
 @main.command("serve")
 @with_options
-def serve_cmd(**params: Any) -> None:
+@click.pass_context
+def serve_cmd(ctx: click.Context, /, **params: Any) -> None:
     """Serve /metrics over HTTP (the default command)."""
-    serve(params)
+    serve(_with_flags_before(ctx, params))
 
 
 @main.command()
 @with_options
-def dump(**params: Any) -> None:
+@click.pass_context
+def dump(ctx: click.Context, /, **params: Any) -> None:
     """Print one scrape in the Prometheus text format and exit."""
     from prometheus_client.exposition import generate_latest
 
-    exporter = _start(params)
+    exporter = _start(_with_flags_before(ctx, params))
     try:
         sys.stdout.write(generate_latest(make_registry(exporter)).decode())
     finally:
@@ -251,8 +273,10 @@ def dump(**params: Any) -> None:
 
 @main.command()
 @with_options
-def doctor(**params: Any) -> None:
+@click.pass_context
+def doctor(ctx: click.Context, /, **params: Any) -> None:
     """Tell, collector by collector, what is available and why not."""
+    params = _with_flags_before(ctx, params)
     params["log_level"] = "error"
     exporter = _start(params)
     try:

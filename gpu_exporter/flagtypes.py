@@ -1,36 +1,65 @@
 """Value types for flags (the CLI's and the collectors' `options`).
 
 Each raises ValueError with a message that says what is wrong; the CLI turns it into one
-line naming the flag, and exit 2.
+line naming the flag, and exit 2. Numbers have bounds: a value the exporter cannot honour
+(`inf`, `1e10` seconds, a timer beyond what the OS can wait for) is refused where it
+enters, not found out later by a scrape. The README's input table states each bound; a
+test checks the table against the CLI.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import re
+from dataclasses import dataclass
+
+# Plain decimal numbers with an optional unit: no exponent, no inf/nan, no sign, no `_`
+# (all of which float() would take).
+_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|s|m|h)?", re.ASCII)
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+_WHOLE = re.compile(r"\d+", re.ASCII)
 
 
-def seconds(text: str) -> float:
-    """A duration in seconds greater than 0: `5`, `0.5`, `5s`."""
-    text = str(text).strip()
-    try:
-        value = float(text[:-1]) if text.endswith("s") else float(text)
-    except ValueError:
-        raise ValueError(f"{text!r} is not a duration in seconds") from None
-    if not value > 0:
-        raise ValueError(f"{text!r} must be greater than 0")
-    return value
+@dataclass(frozen=True)
+class Seconds:
+    """A duration in seconds from `low` to `high`: `5`, `0.5`, `5s`, `500ms`, `2m`, `1h`."""
+
+    low: float
+    high: float
+
+    def __call__(self, text: str) -> float:
+        text = str(text).strip()
+        m = _DURATION.fullmatch(text)
+        if m is None:
+            raise ValueError(f"{text!r} is not a duration: use seconds (5, 0.5) or a unit "
+                             "(500ms, 5s, 2m, 1h)")
+        value = float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
+        if not self.low <= value <= self.high:
+            raise ValueError(f"{text!r} is out of range: {self}")
+        return value
+
+    def __str__(self) -> str:
+        return f"seconds, {self.low:g} to {self.high:g}"
 
 
-def count(text: str) -> int:
-    """A whole number greater than 0."""
-    text = str(text).strip()
-    try:
+@dataclass(frozen=True)
+class Count:
+    """A whole number from `low` to `high`."""
+
+    low: int
+    high: int
+
+    def __call__(self, text: str) -> int:
+        text = str(text).strip()
+        if not _WHOLE.fullmatch(text):
+            raise ValueError(f"{text!r} is not a whole number")
         value = int(text)
-    except ValueError:
-        raise ValueError(f"{text!r} is not a whole number") from None
-    if not value > 0:
-        raise ValueError(f"{text!r} must be greater than 0")
-    return value
+        if not self.low <= value <= self.high:
+            raise ValueError(f"{text!r} is out of range: {self}")
+        return value
+
+    def __str__(self) -> str:
+        return f"whole number, {self.low} to {self.high}"
 
 
 def regex(text: str) -> str:
@@ -39,4 +68,60 @@ def regex(text: str) -> str:
         re.compile(text)
     except re.error as exc:
         raise ValueError(f"{text!r} is not a regular expression: {exc}") from None
+    return text
+
+
+# RFC 1123 labels, and `_`, which container runtimes allow in their service names.
+_HOST_LABEL = re.compile(r"(?!-)[A-Za-z0-9_-]{1,63}(?<!-)", re.ASCII)
+_PORT = re.compile(r"[0-9]{1,5}", re.ASCII)
+
+
+def split_listen_address(text: str) -> tuple[str, int]:
+    """`:9445`, `0.0.0.0:9445`, `[::1]:9445`, `localhost:9445` to (host, port); host ""
+    is every address. Only the form is checked here: whether it can be bound (the name
+    resolves, the address is this host's, the port is free) is for the bind to say."""
+    host, sep, port = text.rpartition(":")
+    problem = ""
+    if not sep or not _PORT.fullmatch(port) or not 0 < int(port) < 65536:
+        problem = "expected [host]:port with a port from 1 to 65535, e.g. :9445"
+    elif host.startswith("[") or host.endswith("]"):
+        inner = host[1:-1] if host.startswith("[") and host.endswith("]") else None
+        try:
+            ipaddress.IPv6Address(inner or "")
+            host = str(inner)
+        except ValueError:
+            problem = "an IPv6 address goes in brackets, e.g. [::1]:9445"
+    elif ":" in host:
+        problem = "an IPv6 address goes in brackets, e.g. [::1]:9445"
+    elif host and re.fullmatch(r"[0-9.]+", host):
+        try:
+            ipaddress.IPv4Address(host)
+        except ValueError:
+            problem = f"{host!r} is not an IPv4 address"
+    elif host and (len(host) > 253 or not all(
+            _HOST_LABEL.fullmatch(label) for label in host.removesuffix(".").split("."))):
+        problem = f"{host!r} is not a host name"
+    if problem:
+        raise ValueError(f"{text!r}: {problem}")
+    return host, int(port)
+
+
+def listen_address(text: str) -> str:
+    """A `[host]:port` to serve on (see split_listen_address)."""
+    split_listen_address(text)
+    return text
+
+
+RESERVED_PATHS = ("/", "/healthz")
+
+
+def telemetry_path(text: str) -> str:
+    """The metrics path: absolute, not a path the server answers otherwise."""
+    if not text.startswith("/"):
+        raise ValueError(f"{text!r} must start with /")
+    if text in RESERVED_PATHS:
+        raise ValueError(f"{text!r} is taken: {' and '.join(RESERVED_PATHS)} are the "
+                         "landing page and the health check (which needs no password)")
+    if re.search(r"[\s?#\x00-\x1f\x7f]", text):
+        raise ValueError(f"{text!r} is not a path (no spaces, '?' or '#')")
     return text

@@ -1,10 +1,15 @@
-"""Start-up settings shared by every collector, parsed once by the CLI."""
+"""Start-up settings shared by every collector, parsed once by the CLI, and the flags
+(`Option`) they come from."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar, cast
+
+from gpu_exporter import flagtypes
+
+T = TypeVar("T")
 
 
 class ConfigError(Exception):
@@ -12,17 +17,39 @@ class ConfigError(Exception):
 
 
 @dataclass(frozen=True)
+class Option(Generic[T]):
+    """A flag, `--<name>`, and its environment variable `GPU_EXPORTER_<NAME>`: declared
+    once, with its one default; read with `Settings.get(option)`, typed."""
+
+    name: str  # e.g. "ebpf.kernel-names-max"
+    type: Callable[[str], T]  # parses the text, ValueError saying what is wrong
+    default: T
+    help: str
+    is_flag: bool = False
+
+
+SYSFS = Option("path.sysfs", str, "/sys", "sysfs mount point.")
+PROCFS = Option("path.procfs", str, "/proc", "procfs mount point.")
+SCRAPE_TIMEOUT = Option(
+    "scrape.timeout", flagtypes.Seconds(0.1, 300), 5.0,
+    "Seconds a scrape may take; a device that has not answered by then reads hw_gpu_up 0.")
+RETRY_INTERVAL = Option(
+    "collector.retry-interval", flagtypes.Seconds(0.1, 86400), 30.0,
+    "Seconds between attempts to start an unavailable collector.")
+
+
+@dataclass(frozen=True)
 class Settings:
-    sysfs: str = "/sys"
-    procfs: str = "/proc"
-    scrape_timeout_seconds: float = 5.0
+    sysfs: str = SYSFS.default
+    procfs: str = PROCFS.default
+    scrape_timeout_seconds: float = SCRAPE_TIMEOUT.default
     enabled_collectors: frozenset[str] = frozenset()
     # Resource labels added to every series: host_name, service_name, OTEL attributes.
     resource_labels: Mapping[str, str] = field(default_factory=dict)
-    # Collector-specific options by their flag name without dashes, e.g.
-    # "ebpf.kernel-names-max"; each collector declares its own in `options`.
+    # Collector-specific option values by name ("ebpf.kernel-names-max"); an option not
+    # given has its declared default. Each collector declares its own in `options`.
     options: Mapping[str, Any] = field(default_factory=dict)
-    retry_interval_seconds: float = 30.0
+    retry_interval_seconds: float = RETRY_INTERVAL.default
 
-    def option(self, name: str, default: Any = None) -> Any:
-        return self.options.get(name, default)
+    def get(self, option: Option[T]) -> T:
+        return cast(T, self.options.get(option.name, option.default))

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import CollectorRegistry
 
-from gpu_exporter import __version__
+from gpu_exporter import __version__, flagtypes
 from gpu_exporter.settings import ConfigError
 from gpu_exporter.webconfig import BasicAuth, CertificateReloader, WebConfig
 
@@ -87,15 +87,11 @@ class ListenError(Exception):
 
 
 def parse_listen_address(value: str) -> tuple[str, int]:
-    """`:9445`, `0.0.0.0:9445`, `[::1]:9445`, `localhost:9445`."""
-    host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigError(
-            f"invalid --web.listen-address {value!r}: expected [host]:port, e.g. :9445"
-        )
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    return host, int(port)
+    """`:9445`, `0.0.0.0:9445`, `[::1]:9445`, `localhost:9445` to (host, port)."""
+    try:
+        return flagtypes.split_listen_address(value)
+    except ValueError as exc:
+        raise ConfigError(f"invalid --web.listen-address {exc}") from None
 
 
 _TLS_HANDSHAKE_RECORD = 0x16

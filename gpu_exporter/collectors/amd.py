@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpu_exporter.collectors.sysfs_gpus import DISCOVERY_OPTIONS, SysfsGpuCollector
+from gpu_exporter.collectors.sysfs_gpus import SysfsGpuCollector
 from gpu_exporter.readers import amd
 from gpu_exporter.readers.pci import PciGpu
 from gpu_exporter.readers.sysfs import Problems
@@ -16,7 +16,6 @@ class AmdCollector(SysfsGpuCollector):
     name = "amd"
     help = "AMD GPUs from sysfs (amdgpu): utilization, memory, power, energy, temperatures."
     vendor = "amd"
-    options = DISCOVERY_OPTIONS
 
     def identity(self, gpu: PciGpu, sysfs: Path) -> GpuIdentity:
         return amd.identity(gpu, sysfs)

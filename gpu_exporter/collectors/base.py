@@ -11,7 +11,7 @@ from typing import Any, ClassVar, Literal, TypeVar, cast
 
 from gpu_exporter.catalogue import Kind, Metric
 from gpu_exporter.records import GpuReading
-from gpu_exporter.settings import Settings
+from gpu_exporter.settings import Option, Settings
 
 FeatureState = Literal["enabled", "unavailable", "disabled"]
 T = TypeVar("T")
@@ -69,17 +69,6 @@ class Feature:
     name: str  # without the collector's prefix: "xid" is reported as "nvidia.xid"
     availability: Availability
     hw_id: str | None = None
-
-
-@dataclass(frozen=True)
-class Option:
-    """A collector-specific flag: `--<name>` and env `GPU_EXPORTER_<NAME>`."""
-
-    name: str  # e.g. "ebpf.kernel-names-max"
-    type: Callable[[str], Any] | type
-    default: Any
-    help: str
-    is_flag: bool = False
 
 
 @dataclass(slots=True)  # slots: thousands are made and read each scrape
@@ -205,7 +194,7 @@ class Collector(ABC):
     default_enabled: ClassVar[bool] = True
     # Collectors that report devices run the same scrape as those that label them; all
     # device labels are joined after every collector has returned.
-    options: ClassVar[Sequence[Option]] = ()
+    options: ClassVar[Sequence[Option[Any]]] = ()
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings

@@ -11,8 +11,9 @@ from typing import Any, ClassVar
 
 from gpu_exporter import catalogue as c
 from gpu_exporter import flagtypes
-from gpu_exporter.collectors.base import Availability, Collector, CollectorFault, Option, Sink
+from gpu_exporter.collectors.base import Availability, Collector, CollectorFault, Sink
 from gpu_exporter.ebpf.reading import CudaActivity, LabelledHistogram
+from gpu_exporter.settings import Option
 
 log = logging.getLogger("gpu_exporter.collectors.ebpf")
 
@@ -52,22 +53,24 @@ def kernel_headers_missing() -> str | None:
             "or link them there, see docs/ebpf.md)")
 
 
+NAMES_MAX = Option(
+    "ebpf.kernel-names-max", flagtypes.Count(1, 100_000), 500,
+    "Distinct cuda_kernel_name values kept; later names are reported as \"other\".")
+PID_LABEL = Option(
+    "ebpf.pid-label", bool, False,
+    "Add process_pid to the CUDA activity families (one series per process).", is_flag=True)
+RESCAN_INTERVAL = Option(
+    "ebpf.rescan-interval", flagtypes.Seconds(0.1, 3600), 10.0,
+    "Seconds between scans of /proc/*/maps for newly mapped CUDA libraries.")
+
+
 class EbpfCollector(Collector):
     name: ClassVar[str] = "ebpf"
     help: ClassVar[str] = ("CUDA kernel launches, copies, allocations and synchronisations "
                            "from uprobes on libcudart/libcuda (root, Linux; also "
                            "OTEL_GPU_EBPF_ENABLED=true).")
     default_enabled: ClassVar[bool] = False
-    options: ClassVar[Sequence[Option]] = (
-        Option("ebpf.kernel-names-max", flagtypes.count, 500,
-               "Distinct cuda_kernel_name values kept; later names are reported as "
-               "\"other\"."),
-        Option("ebpf.pid-label", bool, False,
-               "Add process_pid to the CUDA activity families (one series per process).",
-               is_flag=True),
-        Option("ebpf.rescan-interval", flagtypes.seconds, 10.0,
-               "Seconds between scans of /proc/*/maps for newly mapped CUDA libraries."),
-    )
+    options: ClassVar[Sequence[Option[Any]]] = (NAMES_MAX, PID_LABEL, RESCAN_INTERVAL)
 
     _engine: Any = None
 
@@ -91,9 +94,9 @@ class EbpfCollector(Collector):
 
         engine = Engine(
             self.settings.procfs,
-            names_max=int(self.settings.option("ebpf.kernel-names-max", 500)),
-            pid_label=bool(self.settings.option("ebpf.pid-label", False)),
-            rescan_interval=float(self.settings.option("ebpf.rescan-interval", 10.0)),
+            names_max=self.settings.get(NAMES_MAX),
+            pid_label=self.settings.get(PID_LABEL),
+            rescan_interval=self.settings.get(RESCAN_INTERVAL),
         )
         try:
             engine.start(bcc)
@@ -106,7 +109,7 @@ class EbpfCollector(Collector):
         if self._engine is None:
             return
         a: CudaActivity = self._engine.read()
-        pid_label = bool(self.settings.option("ebpf.pid-label", False))
+        pid_label = self.settings.get(PID_LABEL)
         for launch in a.launches:
             labels = {"cuda_kernel_name": launch.kernel_name,
                       "process_executable_name": launch.executable, "cuda_api": launch.api}

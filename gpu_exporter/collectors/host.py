@@ -9,14 +9,25 @@ from collections.abc import Callable
 import psutil
 
 from gpu_exporter import catalogue as c
-from gpu_exporter.collectors.base import Availability, Collector, Option, Sink
+from gpu_exporter.collectors.base import Availability, Collector, Sink
 from gpu_exporter.flagtypes import regex
 from gpu_exporter.readers import host
+from gpu_exporter.settings import Option
 
-FS_TYPES_OPTION = "host.filesystem-types-exclude"
-MOUNTPOINTS_OPTION = "host.filesystem-mountpoints-exclude"
-DISKS_OPTION = "host.disks-exclude"
-INTERFACES_OPTION = "host.network-interfaces-exclude"
+FS_TYPES_OPTION = Option(
+    "host.filesystem-types-exclude", regex, host.DEFAULT_FS_TYPES_EXCLUDE,
+    "Regular expression of filesystem types left out (pseudo and read-only image "
+    "filesystems by default); empty: none.")
+MOUNTPOINTS_OPTION = Option(
+    "host.filesystem-mountpoints-exclude", regex, host.DEFAULT_MOUNTPOINTS_EXCLUDE,
+    "Regular expression of mount points left out; empty: none.")
+DISKS_OPTION = Option(
+    "host.disks-exclude", regex, host.DEFAULT_DISKS_EXCLUDE,
+    "Regular expression of block devices left out (partitions, loop and RAM disks by "
+    "default); empty: none.")
+INTERFACES_OPTION = Option(
+    "host.network-interfaces-exclude", regex, host.DEFAULT_INTERFACES_EXCLUDE,
+    "Regular expression of network interfaces left out (loopback by default); empty: none.")
 
 
 def _compile(text: str) -> re.Pattern[str]:
@@ -26,26 +37,14 @@ def _compile(text: str) -> re.Pattern[str]:
 class HostCollector(Collector):
     name = "host"
     help = "CPU, memory, filesystem, disk and network-interface metrics of the host."
-    options = (
-        Option(FS_TYPES_OPTION, regex, host.DEFAULT_FS_TYPES_EXCLUDE,
-               "Regular expression of filesystem types left out (pseudo and read-only image "
-               "filesystems by default); empty: none."),
-        Option(MOUNTPOINTS_OPTION, regex, host.DEFAULT_MOUNTPOINTS_EXCLUDE,
-               "Regular expression of mount points left out; empty: none."),
-        Option(DISKS_OPTION, regex, host.DEFAULT_DISKS_EXCLUDE,
-               "Regular expression of block devices left out (partitions, loop and RAM "
-               "disks by default); empty: none."),
-        Option(INTERFACES_OPTION, regex, host.DEFAULT_INTERFACES_EXCLUDE,
-               "Regular expression of network interfaces left out (loopback by default); "
-               "empty: none."),
-    )
+    options = (FS_TYPES_OPTION, MOUNTPOINTS_OPTION, DISKS_OPTION, INTERFACES_OPTION)
 
     def start(self) -> Availability:
-        opt = self.settings.option
-        self._fs_types = _compile(opt(FS_TYPES_OPTION, host.DEFAULT_FS_TYPES_EXCLUDE))
-        self._mountpoints = _compile(opt(MOUNTPOINTS_OPTION, host.DEFAULT_MOUNTPOINTS_EXCLUDE))
-        self._disks = _compile(opt(DISKS_OPTION, host.DEFAULT_DISKS_EXCLUDE))
-        self._interfaces = _compile(opt(INTERFACES_OPTION, host.DEFAULT_INTERFACES_EXCLUDE))
+        opt = self.settings.get
+        self._fs_types = _compile(opt(FS_TYPES_OPTION))
+        self._mountpoints = _compile(opt(MOUNTPOINTS_OPTION))
+        self._disks = _compile(opt(DISKS_OPTION))
+        self._interfaces = _compile(opt(INTERFACES_OPTION))
         # --path.procfs applies to psutil too (a container that mounts the host's /proc).
         psutil.PROCFS_PATH = self.settings.procfs
         self._cpu_before: host.CpuTimes | None = None

@@ -24,7 +24,6 @@ class IntelCollector(SysfsGpuCollector):
     help = ("Intel GPUs from sysfs (i915, xe) and DRM fdinfo: engine utilization, energy, "
             "power, clocks, temperatures.")
     vendor = "intel"
-    # Discovery options are declared by the amd collector and shared.
 
     def start(self) -> Availability:
         self._reader = intel.IntelReader()

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpu_exporter import catalogue as c
-from gpu_exporter.collectors.base import Availability, Collector, Feature, Option, Sink
+from gpu_exporter.collectors.base import Availability, Collector, Feature, Sink
 from gpu_exporter.collectors.sysfs_gpus import drm_clients
 from gpu_exporter.logs import forget, log_once
 from gpu_exporter.readers import fdinfo
@@ -31,11 +31,18 @@ from gpu_exporter.readers.podresources import (
 from gpu_exporter.readers.procinfo import ProcessInfo, ProcessTable
 from gpu_exporter.readers.sysfs import read_uevent
 from gpu_exporter.records import GpuTask
+from gpu_exporter.settings import Option
 
 log = logging.getLogger("gpu_exporter.processes")
 
-SOCKET_OPTION = "processes.kubelet-socket"
-DEVICE_LABELS_OPTION = "processes.kubernetes-device-labels"
+SOCKET_OPTION = Option(
+    "processes.kubelet-socket", str, DEFAULT_SOCKET,
+    "kubelet PodResources socket: pod, namespace and container of each GPU and process. "
+    "Missing socket: no pod names, everything else still reported.")
+DEVICE_LABELS_OPTION = Option(
+    "processes.kubernetes-device-labels", bool, False,
+    "Put k8s_pod_name, k8s_namespace_name and k8s_container_name of the pod a GPU is "
+    "allocated to on that GPU's device series.", is_flag=True)
 # Labels beyond the spec's process labels, from the same (OpenTelemetry) vocabulary.
 POD_UID = "k8s_pod_uid"
 CONTAINER_NAME = "k8s_container_name"
@@ -56,20 +63,13 @@ class ProcessesCollector(Collector):
     name = "processes"
     help = ("GPU memory and utilization per process (NVML; DRM fdinfo for AMD and Intel) "
             "with executable, container and Kubernetes pod.")
-    options = (
-        Option(SOCKET_OPTION, str, DEFAULT_SOCKET,
-               "kubelet PodResources socket: pod, namespace and container of each GPU and "
-               "process. Missing socket: no pod names, everything else still reported."),
-        Option(DEVICE_LABELS_OPTION, bool, False,
-               "Put k8s_pod_name, k8s_namespace_name and k8s_container_name of the pod a "
-               "GPU is allocated to on that GPU's device series.", is_flag=True),
-    )
+    options = (SOCKET_OPTION, DEVICE_LABELS_OPTION)
 
     def start(self) -> Availability:
         self._table = ProcessTable(self.settings.procfs)
         self._engines = fdinfo.EngineUsage()
-        self._socket = str(self.settings.option(SOCKET_OPTION, DEFAULT_SOCKET))
-        self._device_labels = bool(self.settings.option(DEVICE_LABELS_OPTION, False))
+        self._socket = self.settings.get(SOCKET_OPTION)
+        self._device_labels = self.settings.get(DEVICE_LABELS_OPTION)
         self._kubelet = PodResourcesClient(self._socket)
         self._nvidia: NvidiaProcessReader | None = None
         self._nvml_tried = 0.0

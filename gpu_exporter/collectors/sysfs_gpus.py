@@ -8,24 +8,22 @@ from abc import abstractmethod
 from pathlib import Path
 
 from gpu_exporter import flagtypes
-from gpu_exporter.collectors.base import Availability, Collector, Option, Sink
+from gpu_exporter.collectors.base import Availability, Collector, Sink
 from gpu_exporter.readers import fdinfo
 from gpu_exporter.readers.pci import DeviceTracker, PciGpu
 from gpu_exporter.readers.sysfs import Problems
 from gpu_exporter.records import GpuIdentity, GpuReading, Vendor
+from gpu_exporter.settings import Option
 
-INTERVAL_OPTION = "discovery.interval"
-GRACE_OPTION = "discovery.grace-period"
-# Declared once (by the amd collector, the first sysfs collector in the registry) and
-# read by every collector that uses PCI discovery.
-DISCOVERY_OPTIONS: tuple[Option, ...] = (
-    Option(INTERVAL_OPTION, flagtypes.seconds, 30.0,
-           "Seconds between PCI rediscoveries of AMD and Intel GPUs (cards that appear "
-           "are reported without a restart)."),
-    Option(GRACE_OPTION, flagtypes.seconds, 300.0,
-           "Seconds a vanished AMD or Intel GPU keeps reporting hw_gpu_up 0 before it is "
-           "dropped."),
-)
+# Shared by every collector that uses PCI discovery: one flag each, whichever of them
+# are registered.
+DISCOVERY_INTERVAL = Option(
+    "discovery.interval", flagtypes.Seconds(0.1, 86400), 30.0,
+    "Seconds between PCI rediscoveries of AMD and Intel GPUs (cards that appear are "
+    "reported without a restart).")
+DISCOVERY_GRACE = Option(
+    "discovery.grace-period", flagtypes.Seconds(0.1, 604800), 300.0,
+    "Seconds a vanished AMD or Intel GPU keeps reporting hw_gpu_up 0 before it is dropped.")
 
 
 def drm_clients(sink: Sink, procfs: str) -> list[fdinfo.DrmClient]:
@@ -37,12 +35,13 @@ def drm_clients(sink: Sink, procfs: str) -> list[fdinfo.DrmClient]:
 
 class SysfsGpuCollector(Collector):
     vendor: Vendor
+    options = (DISCOVERY_INTERVAL, DISCOVERY_GRACE)
 
     def start(self) -> Availability:
         self._tracker = DeviceTracker(
             self.settings.sysfs, (self.vendor,),
-            interval_seconds=float(self.settings.option(INTERVAL_OPTION, 30.0)),
-            grace_seconds=float(self.settings.option(GRACE_OPTION, 300.0)),
+            interval_seconds=self.settings.get(DISCOVERY_INTERVAL),
+            grace_seconds=self.settings.get(DISCOVERY_GRACE),
         )
         self._identities: dict[str, GpuIdentity] = {}
         self._tracker.refresh(force=True)

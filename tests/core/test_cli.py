@@ -49,6 +49,55 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], env: dict[str, str],
     assert lines[0].startswith("gpu-exporter: ") and message in lines[0], lines[0]
 
 
+def _refused(args: list[str], env: dict[str, str] | None = None) -> str:
+    res = run_cli(args, {**NO_DEVICES, **(env or {})})
+    assert res.returncode == 2, (args, env, res.returncode, res.stderr)
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("gpu-exporter: "), res.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("text", ["inf", "1e10", "nan", "-inf", "301", "0.05", "1_0"])
+def test_durations_are_finite_and_within_their_bounds(text: str) -> None:
+    # A timeout the OS cannot wait for used to pass and then fail every scrape.
+    assert "--scrape.timeout" in _refused([f"--scrape.timeout={text}", "dump"])
+    assert "GPU_EXPORTER_SCRAPE_TIMEOUT" in _refused(
+        ["dump"], {"GPU_EXPORTER_SCRAPE_TIMEOUT": text})
+
+
+def test_durations_take_a_unit() -> None:
+    res = run_cli(["--scrape.timeout=1500ms", "--collector.retry-interval=2m", "dump"],
+                  NO_DEVICES)
+    assert res.returncode == 0, res.stderr
+    promtool_check_metrics(res.stdout)
+
+
+@pytest.mark.parametrize("path", ["/", "/healthz"])
+def test_telemetry_path_cannot_take_the_landing_page_or_health_check(path: str) -> None:
+    # /healthz answers without a password: metrics there would too.
+    line = _refused([f"--web.telemetry-path={path}"])
+    assert "--web.telemetry-path" in line and "/healthz" in line
+
+
+@pytest.mark.parametrize("address", ["[::1", "::1]:9445", "256.1.1.1:1", "1.2.3:9445",
+                                     "::1:9445", "[::1]", "host name:1", "[zz::1]:9445"])
+def test_malformed_listen_address_is_exit_2(address: str) -> None:
+    assert "--web.listen-address" in _refused([f"--web.listen-address={address}"])
+
+
+def test_flags_before_the_command_apply_to_it() -> None:
+    res = run_cli(["--no-collector.host", "dump"], NO_DEVICES)
+    assert res.returncode == 0, res.stderr
+    assert not find(parse(res.stdout), "system_cpu_utilization_ratio")
+    res = run_cli(["--collector.ebpf", "doctor"], NO_DEVICES)
+    assert res.returncode == 0, res.stderr
+    ebpf = next(line for line in res.stdout.splitlines() if line.startswith("ebpf "))
+    assert "disabled" not in ebpf, res.stdout
+    # Given on both sides, the command's own flag wins.
+    res = run_cli(["--no-collector.host", "dump", "--collector.host"], NO_DEVICES)
+    assert find(parse(res.stdout), "system_cpu_utilization_ratio"), res.stderr
+
+
 def test_port_in_use_is_exit_3() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

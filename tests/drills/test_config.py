@@ -16,16 +16,16 @@ import click
 import pytest
 
 from gpu_exporter import cli
-from gpu_exporter.collectors import REGISTRY
-from gpu_exporter.collectors.base import Option
+from gpu_exporter.settings import Option
 from tests.drills.conftest import NO_DEVICES
 from tests.helpers import REPO, run_cli
 
 _STR_BAD_VALUES: dict[str, list[str]] = {
     # The other string options (paths to sysfs/procfs) are not faults: a missing tree
     # makes the collectors that need it unavailable, reported by doctor.
-    "web.listen-address": ["nonsense", ":0", ":65536", "host:port", "[::1]"],
-    "web.telemetry-path": ["metrics"],
+    "web.listen-address": ["nonsense", ":0", ":65536", "host:port", "[::1]", "[::1",
+                           "256.1.1.1:1"],
+    "web.telemetry-path": ["metrics", "/", "/healthz"],
     "web.config.file": ["/nonexistent/web.yml"],
     # host collector exclusions are regular expressions
     "host.filesystem-types-exclude": ["("],
@@ -35,16 +35,7 @@ _STR_BAD_VALUES: dict[str, list[str]] = {
 }
 
 
-def _every_option() -> list[Option]:
-    options = list(cli.GLOBAL_OPTIONS)
-    for cls in REGISTRY:
-        options.append(Option("collector." + cls.name, bool, cls.default_enabled, "",
-                              is_flag=True))
-        options.extend(cls.options)
-    return options
-
-
-def _is_rejected(opt: Option, text: str) -> bool:
+def _is_rejected(opt: Option[Any], text: str) -> bool:
     """Does the option's own parser refuse this text? (Derived, not assumed.)"""
     kind = opt.type
     try:
@@ -59,7 +50,7 @@ def _is_rejected(opt: Option, text: str) -> bool:
     return False
 
 
-def _bad_values(opt: Option) -> list[str]:
+def _bad_values(opt: Option[Any]) -> list[str]:
     if opt.name in _STR_BAD_VALUES:
         return _STR_BAD_VALUES[opt.name]
     candidates = ["not-a-value", "-1", "0", ""]
@@ -68,7 +59,7 @@ def _bad_values(opt: Option) -> list[str]:
 
 def _cases() -> list[Any]:
     cases = []
-    for opt in _every_option():
+    for opt in cli.every_option():
         for bad in _bad_values(opt):
             cases.append(pytest.param(opt, bad, "flag", id=f"--{opt.name}={bad}"))
             cases.append(pytest.param(opt, bad, "env", id=f"{cli.env_name(opt.name)}={bad}"))
@@ -85,14 +76,14 @@ def _one_line(stderr: str) -> str:
 def test_every_typed_option_has_a_checked_bad_value() -> None:
     """Each option that parses its value (number, choice, duration, switch) refuses at
     least one bad value here, so the drill below covers it."""
-    for opt in _every_option():
+    for opt in cli.every_option():
         if opt.type is str:
             continue
         assert _bad_values(opt), f"--{opt.name}: no value found that its parser refuses"
 
 
 @pytest.mark.parametrize(("opt", "bad", "how"), _cases())
-def test_bad_value_is_one_line_and_exit_2(opt: Option, bad: str, how: str) -> None:
+def test_bad_value_is_one_line_and_exit_2(opt: Option[Any], bad: str, how: str) -> None:
     args = [f"--{opt.name}={bad}"] if how == "flag" else []
     env = {cli.env_name(opt.name): bad} if how == "env" else {}
     if not opt.name.startswith("web."):
