@@ -8,12 +8,15 @@ import heapq
 import html
 import itertools
 import logging
+import re
 import socket
 import ssl
 import threading
 import time
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar
+from urllib.parse import urlsplit
 
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import CollectorRegistry
@@ -94,6 +97,12 @@ def parse_listen_address(value: str) -> tuple[str, int]:
         raise ConfigError(f"invalid --web.listen-address {exc}") from None
 
 
+# METHOD SP request-target SP HTTP/x.y CRLF, the method an RFC 9110 token (RFC 9112
+# section 3); the target visible ASCII, a path or an absolute URL for GET and HEAD.
+_REQUEST_LINE = re.compile(
+    rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+ [\x21-\x7e]+ HTTP/[0-9]\.[0-9]\r?\n")
+_TARGET = re.compile(r"/|https?://")
+
 _TLS_HANDSHAKE_RECORD = 0x16
 _PLAIN_HTTP_TO_TLS = (
     b"HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n"
@@ -172,6 +181,7 @@ class Handler(BaseHTTPRequestHandler):
     # (Prometheus) waits out its delayed ACK, 40 ms, for the end of every response.
     disable_nagle_algorithm = True
     timeout = REQUEST_TIMEOUT_SECONDS
+    raw_requestline: bytes  # set by BaseHTTPRequestHandler.handle_one_request
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s " + format, self.address_string(), *args)
@@ -185,13 +195,55 @@ class Handler(BaseHTTPRequestHandler):
             server.head_deadlines.done(self._head_token)
 
     def parse_request(self) -> bool:
+        raw = self.raw_requestline
+        if raw.strip() and _REQUEST_LINE.fullmatch(raw) is None:
+            # Python would take an HTTP/0.9 line and any method token; what a client
+            # means by those is anybody's guess.
+            self.command, self.request_version = "", "HTTP/1.1"
+            self.requestline = repr(raw.rstrip(b"\r\n"))[2:-1]
+            self.send_error(400, "malformed request line")
+            return False
         ok = super().parse_request()
         server: _Server = self.server  # type: ignore[assignment]
         server.head_deadlines.done(self._head_token)  # the head is in: no deadline now
-        if ok and sum(len(k) + len(v) for k, v in self.headers.items()) > MAX_HEADER_BYTES:
+        if not ok:
+            return False
+        if sum(len(k) + len(v) for k, v in self.headers.items()) > MAX_HEADER_BYTES:
             self.send_error(431, "Request Header Fields Too Large")
             return False
-        return ok
+        if self.command in ("GET", "HEAD"):
+            if not _TARGET.match(self.path):
+                self.send_error(400, "malformed request target")
+                return False
+            if self.path[0] != "/":  # the absolute form, from a proxy
+                url = urlsplit(self.path)
+                self.path = (url.path or "/") + (f"?{url.query}" if url.query else "")
+        else:
+            # Every other method, known or not, the same way (the body is not read: the
+            # connection closes after the answer).
+            self.close_connection = True
+            if self._authorized(self.path.split("?", 1)[0]):
+                self._send(405, b"405 method not allowed\n", "text/plain; charset=utf-8",
+                           extra={"Allow": "GET, HEAD", "Connection": "close"})
+            return False
+        return True
+
+    def send_error(self, code: int, message: str | None = None,
+                   explain: str | None = None) -> None:
+        """Every error in plain text, with a status line (Python's default is an HTML
+        page, and no status line at all for a request line it could not read)."""
+        try:
+            phrase = HTTPStatus(code).phrase
+        except ValueError:
+            phrase = ""
+        if self.request_version == "HTTP/0.9":
+            self.request_version = "HTTP/1.1"
+        self.log_error("code %d, message %s", code, message)
+        self.close_connection = True
+        body = f"{code} {message or phrase}\n".encode("utf-8", "replace")
+        self._send(code, body, "text/plain; charset=utf-8",
+                   head=self.command == "HEAD",
+                   extra={"Connection": "close"})
 
     def _send(self, status: int, body: bytes, content_type: str, head: bool = False,
               extra: dict[str, str] | None = None) -> None:
@@ -242,13 +294,6 @@ class Handler(BaseHTTPRequestHandler):
     def do_HEAD(self) -> None:
         self._route(head=True)
 
-    def _not_allowed(self) -> None:
-        if not self._authorized(self.path.split("?", 1)[0]):
-            return
-        self._send(405, b"405 method not allowed\n", "text/plain; charset=utf-8",
-                   extra={"Allow": "GET, HEAD"})
-
-    do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _not_allowed
 
 
 def landing_page(telemetry_path: str) -> str:

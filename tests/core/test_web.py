@@ -55,6 +55,54 @@ def test_endpoints_methods_and_encodings() -> None:
             assert status == 405 and headers["Allow"] == "GET, HEAD", method
 
 
+def _raw(port: int, data: bytes) -> bytes:
+    """Send bytes as they are (http.client would not send a garbled request) and read
+    until the server closes."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(data)
+        out = b""
+        while chunk := s.recv(65536):
+            out += chunk
+    return out
+
+
+def _head_and_body(response: bytes) -> tuple[str, dict[str, str], bytes]:
+    head, _, body = response.partition(b"\r\n\r\n")
+    status, *lines = head.decode("latin-1").split("\r\n")
+    return status, dict(line.split(": ", 1) for line in lines), body
+
+
+def test_every_other_method_gets_405_with_allow_in_plain_text() -> None:
+    with exporter(env=NO_DEVICES) as exp:
+        for line in ("POST /metrics", "PUT /", "DELETE /healthz", "PATCH /metrics",
+                     "OPTIONS *", "TRACE /metrics", "CONNECT example.com:443",
+                     "PROPFIND /metrics", "FROBNICATE /nope"):
+            status, headers, body = _head_and_body(_raw(
+                exp.port, f"{line} HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc"
+                .encode()))
+            assert status == "HTTP/1.1 405 Method Not Allowed", (line, status)
+            assert headers["Allow"] == "GET, HEAD", line
+            assert headers["Content-Type"] == "text/plain; charset=utf-8", line
+            assert body == b"405 method not allowed\n", line
+        assert _request(exp.port, "GET", "/metrics")[0] == 200
+
+
+def test_garbled_request_line_gets_400_in_plain_text() -> None:
+    with exporter(env=NO_DEVICES) as exp:
+        for line in (b"GARBAGE", b"GET /metrics", b"GET /metrics HTTP/1.1 extra",
+                     b"GET  /metrics HTTP/1.1", b"G@T /metrics HTTP/1.1",
+                     b"GET metrics HTTP/1.1", b"GET /metrics HTTP/x.y",
+                     b"GET /m\x00trics HTTP/1.1", b"\x16\x03\x01\x00\xa5\x01\x00"):
+            status, headers, body = _head_and_body(_raw(exp.port, line + b"\r\n\r\n"))
+            assert status == "HTTP/1.1 400 Bad Request", (line, status)
+            assert headers["Content-Type"] == "text/plain; charset=utf-8", line
+            assert body.startswith(b"400 ") and b"<" not in body, (line, body)
+        # A proxy's absolute form names the same resources.
+        status, _, body = _head_and_body(_raw(
+            exp.port, b"GET http://x/healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"))
+        assert status == "HTTP/1.1 200 OK" and body == b"ok\n"
+
+
 def test_oversized_headers_are_refused_and_server_keeps_serving() -> None:
     with exporter(env=NO_DEVICES) as exp:
         big = {f"X-Pad-{i}": "a" * 1000 for i in range(40)}

@@ -71,7 +71,8 @@ def test_invalid_web_config_is_exit_2_before_collectors_start(certs: Certs,
         content, expected = cases[name]
         path = folder / f"{name.replace(' ', '-')}.yml"
         path.write_text(content)
-        res = run_cli([f"--web.config.file={path}", "--web.listen-address=127.0.0.1:0"],
+        # The config is refused before anything listens: the port is never used.
+        res = run_cli([f"--web.config.file={path}", "--web.listen-address=127.0.0.1:9"],
                       timeout=30)
         assert res.returncode == 2, (name, res.returncode, res.stderr)
         lines = res.stderr.strip().splitlines()
