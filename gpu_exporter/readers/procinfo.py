@@ -1,10 +1,12 @@
-"""pid -> who runs it: executable name, container id and Kubernetes pod uid, from /proc.
+"""pid -> who runs it: executable name, container id, Kubernetes pod uid and Slurm job,
+from /proc.
 
 Sources: `/proc/<pid>/comm` (the executable name; the command line is never read, it
 carries secrets), `/proc/<pid>/cgroup` (the container id and pod uid, for docker,
-containerd, CRI-O and podman on cgroup v1 and v2 with the cgroupfs and systemd drivers)
-and `/proc/<pid>/stat` (the process start time, so that a reused pid never inherits the
-previous process's labels).
+containerd, CRI-O and podman on cgroup v1 and v2 with the cgroupfs and systemd drivers;
+the Slurm job id from slurmd's cgroup plugins, v1 and v2) and `/proc/<pid>/stat` (the
+process start time, so that a reused pid never inherits the previous process's labels).
+The environment (`SLURM_JOB_ID`) is never read: another user's needs CAP_SYS_PTRACE.
 """
 
 from __future__ import annotations
@@ -32,6 +34,11 @@ _BARE_ID = re.compile(rf"^{_ID}$")
 _POD = re.compile(
     r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})(?:\.slice)?$"
 )
+# Slurm's cgroup plugins: v1 `/slurm[_<node>]/uid_<uid>/job_<id>/step_<s>/...` under each
+# controller; v2 `/system.slice/[<node>_]slurmstepd.scope/job_<id>/step_<s>/user/task_<n>`.
+_SLURM_JOB = re.compile(r"^job_([0-9]+)$")
+_SLURM_V1_ROOT = re.compile(r"^slurm(_.+)?$")
+_SLURM_V2_SCOPE = re.compile(r"^(.+_)?slurmstepd\.scope$")
 _RUNTIME_OF_PREFIX: dict[str, Runtime] = {
     "docker": "docker", "cri-containerd": "containerd", "crio": "cri-o", "libpod": "podman",
 }
@@ -46,6 +53,7 @@ class CgroupIdentity:
     container_id: str | None = None  # 64 hex digits, no runtime prefix
     runtime: Runtime | None = None  # None when the path does not tell (bare id in kubepods)
     pod_uid: str | None = None  # Kubernetes pod uid with dashes
+    slurm_job_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -56,6 +64,20 @@ class ProcessInfo:
     container_id: str | None
     container_runtime: Runtime | None
     pod_uid: str | None
+    slurm_job_id: str | None = None
+
+
+def slurm_job(parts: list[str]) -> str | None:
+    """The job id of a Slurm cgroup path (its components), or None."""
+    for i, part in enumerate(parts):
+        job = _SLURM_JOB.match(part)
+        if job is None or i == 0:
+            continue
+        parent = parts[i - 1]
+        if _SLURM_V2_SCOPE.match(parent) or (
+                parent.startswith("uid_") and i >= 2 and _SLURM_V1_ROOT.match(parts[i - 2])):
+            return job.group(1)
+    return None
 
 
 def _parse_path(path: str) -> CgroupIdentity:
@@ -77,7 +99,7 @@ def _parse_path(path: str) -> CgroupIdentity:
             parent = parts[i - 1] if i > 0 else ""
             container_id = part
             runtime = _RUNTIME_OF_PARENT.get(parent)
-    return CgroupIdentity(container_id, runtime, pod_uid)
+    return CgroupIdentity(container_id, runtime, pod_uid, slurm_job(parts))
 
 
 def parse_cgroup(text: str) -> CgroupIdentity:
@@ -98,9 +120,11 @@ def parse_cgroup(text: str) -> CgroupIdentity:
             found.append(ident)
     container = next((f for f in found if f.container_id), None)
     pod = next((f.pod_uid for f in found if f.pod_uid), None)
+    job = next((f.slurm_job_id for f in found if f.slurm_job_id), None)
     if container is None:
-        return CgroupIdentity(pod_uid=pod)
-    return CgroupIdentity(container.container_id, container.runtime, container.pod_uid or pod)
+        return CgroupIdentity(pod_uid=pod, slurm_job_id=job)
+    return CgroupIdentity(container.container_id, container.runtime, container.pod_uid or pod,
+                          job)
 
 
 def parse_start_time(stat_text: str) -> int:
@@ -157,7 +181,7 @@ class ProcessTable:
         ident = parse_cgroup(cgroup) if cgroup is not None else CgroupIdentity()
         name = comm.rstrip("\n") if comm else None
         info = ProcessInfo(pid, start, name or None, ident.container_id, ident.runtime,
-                           ident.pod_uid)
+                           ident.pod_uid, ident.slurm_job_id)
         with self._lock:
             self._cache[key] = info
             self._used.add(key)
