@@ -67,6 +67,15 @@ class ProcessInfo:
     slurm_job_id: str | None = None
 
 
+def pod_uid_of(component: str) -> str | None:
+    """The pod uid a kubelet cgroup directory is named for (`pod<uid>`, or
+    `kubepods-<qos>-pod<uid_with_underscores>.slice`), or None."""
+    pod = _POD.search(component)
+    if pod and (component.startswith("pod") or "kubepods" in component):
+        return pod.group(1).replace("_", "-")
+    return None
+
+
 def slurm_job(parts: list[str]) -> str | None:
     """The job id of a Slurm cgroup path (its components), or None."""
     for i, part in enumerate(parts):
@@ -86,9 +95,9 @@ def _parse_path(path: str) -> CgroupIdentity:
     pod_uid: str | None = None
     parts = [p for p in path.split("/") if p]
     for i, part in enumerate(parts):
-        pod = _POD.search(part)
-        if pod and (part.startswith("pod") or "kubepods" in part):
-            pod_uid = pod.group(1).replace("_", "-")
+        uid = pod_uid_of(part)
+        if uid is not None:
+            pod_uid = uid
             continue
         scope = _SCOPE.match(part)
         if scope:
