@@ -44,9 +44,12 @@ Pure arithmetic: no I/O, no Prometheus; the exporter feeds it each scrape's read
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
+
+from gpu_exporter.records import GpuReading
 
 Reason = Literal["no_process", "no_activity_data"]
 REASONS: tuple[Reason, ...] = ("no_process", "no_activity_data")
@@ -159,6 +162,10 @@ class Attribution:
     def __init__(self) -> None:
         self._gpus: dict[str, _GpuState] = {}
 
+    def knows(self, device: str) -> bool:
+        """Whether this physical GPU has been attributed (its counters exist)."""
+        return device in self._gpus
+
     def update(self, gpus: Iterable[Gpu]) -> Split:
         consumed: list[Attributed] = []
         unattributed: list[Unattributed] = []
@@ -259,3 +266,58 @@ def _add(a: N | None, b: N | None) -> N | None:
 
 def _finite(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
+
+
+# MIG profiles: `1g.10gb` (a GPU instance with one compute instance: 1 compute slice),
+# `1c.3g.40gb` (a compute instance of 1 slice in a 3-slice GPU instance), `+me` suffixes.
+_PROFILE = re.compile(r"^(?:(\d+)c\.)?(\d+)g\.")
+
+
+def compute_slices(profile: str | None) -> int:
+    """Compute slices of a MIG device from its profile; 1 when the profile does not say."""
+    m = _PROFILE.match(profile or "")
+    if m is None:
+        return 1
+    return int(m.group(1) or m.group(2))
+
+
+def inputs(
+    readings: Sequence[GpuReading],
+    consumers: Mapping[str, Sequence[Consumer] | None],
+    attribution: Attribution,
+    mig_activity: Mapping[str, float] | None = None,
+) -> list[Gpu]:
+    """One scrape's devices as the attribution takes them.
+
+    `consumers` is what the processes collector read, by device key (a MIG device's for
+    processes in it; AMD and Intel devices may be named by PCI address), None for a device
+    whose list it could not read. A GPU is attributed when its processes (or its MIG
+    devices') were read this scrape, or when it was attributed before (then its processes
+    are unknown this scrape, not absent). `mig_activity`: GPM engine activity (0..1) by MIG
+    device key."""
+    children: dict[str, list[GpuReading]] = {}
+    for r in readings:
+        if r.identity.parent_hw_id is not None:
+            children.setdefault(r.identity.parent_hw_id, []).append(r)
+    out = []
+    for r in readings:
+        ident = r.identity
+        if ident.parent_hw_id is not None:
+            continue
+        names = [n for n in (ident.key, ident.pci_address) if n]
+        migs = children.get(ident.hw_id or "", [])
+        reported = any(n in consumers for n in names) or any(
+            m.identity.key in consumers for m in migs)
+        if not reported and not attribution.knows(ident.key):
+            continue
+        energy = r.energy_consumed_joules if r.up else None
+        if migs:
+            out.append(Gpu(ident.key, energy, None, [
+                MigDevice(m.identity.key, compute_slices(m.identity.mig_profile),
+                          consumers.get(m.identity.key),
+                          (mig_activity or {}).get(m.identity.key))
+                for m in migs]))
+        else:
+            found = next((consumers[n] for n in names if n in consumers), None)
+            out.append(Gpu(ident.key, energy, found))
+    return out
