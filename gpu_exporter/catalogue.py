@@ -1,16 +1,29 @@
-"""The one metric catalogue: every family the exporter can emit.
+"""The one metric catalogue: every family the exporter can emit, with its full label
+schema.
 
-The collectors build their families from these entries, and `docs/metrics.md` is
-generated from them (`make docs`; a test fails when the file is stale). Add a metric
-here first, then emit it from a collector.
+A family's own labels are a TypedDict declared next to it (a label that may be absent
+is NotRequired); its scope (`labels.Scope`) adds the device or process labels, and every
+series carries the resource labels. Collectors emit only through these entries
+(`c.HW_GPU_UP.emit(sink, 1, {}, device=key)`), which mypy checks against the TypedDict;
+`docs/metrics.md` is generated from them (`make docs`; a test fails when it is stale).
+
+No `from __future__ import annotations` here: see `gpu_exporter.labels`.
 """
 
-from __future__ import annotations
+from typing import Any, Literal, NotRequired, TypedDict
 
-from dataclasses import dataclass
-from enum import Enum
+from gpu_exporter.family import Counter, Family, Gauge, Histogram, Kind
+from gpu_exporter.labels import (
+    DEVICE_LABEL_SET,
+    PROCESS_LABEL_SET,
+    LabelSet,
+    NoLabels,
+    ProcessLabels,
+    Scope,
+)
+from gpu_exporter.records import Direction, ErrorType, GpuTask, HealthState
 
-from opentelemetry.semconv._incubating.attributes import hw_attributes as hw
+__all__ = ["BY_NAME", "CATALOGUE", "Family", "Kind", "LabelSet", "Scope", "prom_label"]
 
 
 def prom_label(otel_attribute: str) -> str:
@@ -18,283 +31,387 @@ def prom_label(otel_attribute: str) -> str:
     return otel_attribute.replace(".", "_")
 
 
-# Label names taken from the OpenTelemetry constants rather than retyped.
-HW_ID = prom_label(hw.HW_ID)
-HW_NAME = prom_label(hw.HW_NAME)
-HW_VENDOR = prom_label(hw.HW_VENDOR)
-HW_MODEL = prom_label(hw.HW_MODEL)
-HW_PARENT = prom_label(hw.HW_PARENT)
-HW_TYPE = prom_label(hw.HW_TYPE)
-HW_STATE = prom_label(hw.HW_STATE)
-HW_GPU_TASK = prom_label(hw.HW_GPU_TASK)
-HW_DRIVER_VERSION = prom_label(hw.HW_DRIVER_VERSION)
-HW_FIRMWARE_VERSION = prom_label(hw.HW_FIRMWARE_VERSION)
-HW_SERIAL_NUMBER = prom_label(hw.HW_SERIAL_NUMBER)
-GPU_INDEX = "gpu_index"
-GPU_PCI_ADDRESS = "gpu_pci_address"
-GPU_MIG_PROFILE = "gpu_mig_profile"
-
-DEVICE_LABELS: tuple[str, ...] = (HW_ID, HW_NAME, HW_VENDOR, GPU_INDEX, GPU_PCI_ADDRESS)
-MIG_LABELS: tuple[str, ...] = (HW_PARENT, GPU_MIG_PROFILE)
-PROCESS_LABELS: tuple[str, ...] = (
-    "process_pid",
-    "process_executable_name",
-    "container_id",
-    "k8s_pod_name",
-    "k8s_namespace_name",
-    # beyond the spec's list, same vocabulary: the pod uid from the cgroup path (known
-    # without a kubelet) and the container name from the kubelet's PodResources
-    "k8s_pod_uid",
-    "k8s_container_name",
-)
-
-
-class Kind(Enum):
-    GAUGE = "gauge"
-    COUNTER = "counter"
-    HISTOGRAM = "histogram"
-
-
-class Scope(Enum):
-    """Which label set a family carries besides its own labels."""
-
-    DEVICE = "device"  # device labels + resource labels
-    PROCESS = "process"  # device labels + process labels + resource labels
-    CUDA = "cuda"  # eBPF families: own labels, device labels when the device is known
-    HOST = "host"
-    SELF = "self"
-
-
-@dataclass(frozen=True)
-class Metric:
-    name: str  # the Prometheus name, `_total` included for counters
-    kind: Kind
-    help: str
-    scope: Scope
-    labels: tuple[str, ...] = ()  # the family's own labels (not device/resource ones)
-    unit: str = ""  # base unit suffix of the name, "" when none
-    fixed: bool = False  # name appears in public queries: never rename
-    sources: str = ""  # where the value comes from, for the reference
-
-    @property
-    def family_name(self) -> str:
-        """Name as prometheus_client wants it (counters without `_total`)."""
-        if self.kind is Kind.COUNTER and self.name.endswith("_total"):
-            return self.name[: -len("_total")]
-        return self.name
-
-
 D, P, C, H, S = Scope.DEVICE, Scope.PROCESS, Scope.CUDA, Scope.HOST, Scope.SELF
-GAUGE, COUNTER, HISTOGRAM = Kind.GAUGE, Kind.COUNTER, Kind.HISTOGRAM
 
 # --- device families -------------------------------------------------------------------
-HW_GPU_INFO = Metric(
-    "hw_gpu_info", GAUGE, "GPU identity, always 1; join on hw_id.", D,
-    (HW_MODEL, HW_DRIVER_VERSION, HW_FIRMWARE_VERSION, HW_SERIAL_NUMBER),
+
+
+class GpuInfoLabels(TypedDict, total=False):  # each when the device reports it
+    hw_model: str
+    hw_driver_version: str
+    hw_firmware_version: str
+    hw_serial_number: str
+
+
+HW_GPU_INFO = Gauge(
+    "hw_gpu_info", "GPU identity, always 1; join on hw_id.", D, GpuInfoLabels,
     sources="NVML name/serial/VBIOS, driver version; amdgpu product_name, vbios_version, "
     "serial_number; Intel PCI ids",
 )
-HW_GPU_UP = Metric(
-    "hw_gpu_up", GAUGE,
+HW_GPU_UP = Gauge(
+    "hw_gpu_up",
     "1 when the device answered this scrape, 0 when a known device is lost, hung or "
-    "unreadable.", D,
+    "unreadable.", D, NoLabels,
 )
-HW_GPU_UTILIZATION = Metric(
-    "hw_gpu_utilization_ratio", GAUGE, "Fraction of time the engine was busy (0..1).", D,
-    (HW_GPU_TASK,), unit="ratio", fixed=True,
+
+
+class TaskLabels(TypedDict):
+    hw_gpu_task: GpuTask
+
+
+HW_GPU_UTILIZATION = Gauge(
+    "hw_gpu_utilization_ratio", "Fraction of time the engine was busy (0..1).", D,
+    TaskLabels, unit="ratio", fixed=True,
     sources="NVML utilization rates, encoder and decoder utilization; amdgpu "
     "gpu_busy_percent; Intel DRM fdinfo engine time",
 )
-HW_GPU_MEMORY_USAGE = Metric(
-    "hw_gpu_memory_usage_bytes", GAUGE, "Device memory in use.", D, unit="bytes", fixed=True,
+HW_GPU_MEMORY_USAGE = Gauge(
+    "hw_gpu_memory_usage_bytes", "Device memory in use.", D, NoLabels, unit="bytes",
+    fixed=True,
     sources="NVML memory info v2 used (v1 on old drivers); amdgpu mem_info_vram_used",
 )
-HW_GPU_MEMORY_LIMIT = Metric(
-    "hw_gpu_memory_limit_bytes", GAUGE, "Device memory size.", D, unit="bytes", fixed=True,
+HW_GPU_MEMORY_LIMIT = Gauge(
+    "hw_gpu_memory_limit_bytes", "Device memory size.", D, NoLabels, unit="bytes",
+    fixed=True,
     sources="NVML memory total; amdgpu mem_info_vram_total; xe physical_vram_size_bytes",
 )
-HW_GPU_MEMORY_UTILIZATION = Metric(
-    "hw_gpu_memory_utilization_ratio", GAUGE, "Device memory in use over its size (0..1).", D,
-    unit="ratio", sources="usage / limit, when both are known",
+HW_GPU_MEMORY_UTILIZATION = Gauge(
+    "hw_gpu_memory_utilization_ratio", "Device memory in use over its size (0..1).", D,
+    NoLabels, unit="ratio", sources="usage / limit, when both are known",
 )
-HW_GPU_MEMORY_CONTROLLER_UTILIZATION = Metric(
-    "hw_gpu_memory_controller_utilization_ratio", GAUGE,
-    "Fraction of time the memory controller was busy (0..1).", D, unit="ratio",
+HW_GPU_MEMORY_CONTROLLER_UTILIZATION = Gauge(
+    "hw_gpu_memory_controller_utilization_ratio",
+    "Fraction of time the memory controller was busy (0..1).", D, NoLabels, unit="ratio",
     sources="NVML utilization rates (memory); amdgpu mem_busy_percent",
 )
-HW_GPU_POWER_DRAW = Metric(
-    "hw_gpu_power_draw_watts", GAUGE, "Power drawn by the device.", D, unit="watts",
+HW_GPU_POWER_DRAW = Gauge(
+    "hw_gpu_power_draw_watts", "Power drawn by the device.", D, NoLabels, unit="watts",
     fixed=True,
     sources="NVML power usage (mW); amdgpu hwmon power1_average/power1_input (µW); Intel "
     "derived from the energy counter between scrapes",
 )
-HW_GPU_POWER_LIMIT = Metric(
-    "hw_gpu_power_limit_watts", GAUGE, "Enforced power limit.", D, unit="watts", fixed=True,
-    sources="NVML enforced power limit; amdgpu power1_cap; Intel power1_max",
+HW_GPU_POWER_LIMIT = Gauge(
+    "hw_gpu_power_limit_watts", "Enforced power limit.", D, NoLabels, unit="watts",
+    fixed=True, sources="NVML enforced power limit; amdgpu power1_cap; Intel power1_max",
 )
-HW_GPU_ENERGY = Metric(
-    "hw_gpu_energy_consumed_joules_total", COUNTER, "Energy consumed by the device.", D,
+HW_GPU_ENERGY = Counter(
+    "hw_gpu_energy_consumed_joules_total", "Energy consumed by the device.", D, NoLabels,
     unit="joules", fixed=True,
     sources="NVML total energy consumption (mJ); amdgpu gpu_metrics energy accumulator; "
     "Intel hwmon energy1_input (µJ)",
 )
-HW_GPU_TEMPERATURE = Metric(
-    "hw_gpu_temperature_celsius", GAUGE, "Temperature by sensor.", D, ("sensor",),
+
+
+class SensorLabels(TypedDict):
+    sensor: str
+
+
+HW_GPU_TEMPERATURE = Gauge(
+    "hw_gpu_temperature_celsius", "Temperature by sensor.", D, SensorLabels,
     unit="celsius", fixed=True,
     sources="NVML GPU and memory temperature; amdgpu/Intel hwmon temp*_input by label",
 )
-HW_GPU_FAN_SPEED_RATIO = Metric(
-    "hw_gpu_fan_speed_ratio", GAUGE, "Fan speed as a fraction of its maximum (0..1).", D,
-    ("fan",), unit="ratio", sources="NVML fan speed percent; amdgpu pwm1/255",
+
+
+class FanLabels(TypedDict):
+    fan: str
+
+
+HW_GPU_FAN_SPEED_RATIO = Gauge(
+    "hw_gpu_fan_speed_ratio", "Fan speed as a fraction of its maximum (0..1).", D,
+    FanLabels, unit="ratio", sources="NVML fan speed percent; amdgpu pwm1/255",
 )
-HW_GPU_FAN_SPEED_RPM = Metric(
-    "hw_gpu_fan_speed_rpm", GAUGE, "Fan speed in revolutions per minute.", D, ("fan",),
+HW_GPU_FAN_SPEED_RPM = Gauge(
+    "hw_gpu_fan_speed_rpm", "Fan speed in revolutions per minute.", D, FanLabels,
     unit="rpm", sources="hwmon fan1_input",
 )
-HW_GPU_CLOCK = Metric(
-    "hw_gpu_clock_hertz", GAUGE, "Current clock frequency by domain.", D,
-    ("hw_gpu_clock_domain",), unit="hertz",
+
+
+class ClockLabels(TypedDict):
+    hw_gpu_clock_domain: str
+
+
+HW_GPU_CLOCK = Gauge(
+    "hw_gpu_clock_hertz", "Current clock frequency by domain.", D, ClockLabels,
+    unit="hertz",
     sources="NVML clock info (MHz); amdgpu freq*_input or pp_dpm_*; i915 gt_act_freq_mhz; "
     "xe freq0/act_freq",
 )
-HW_GPU_IO = Metric(
-    "hw_gpu_io_bytes_total", COUNTER, "PCIe traffic.", D, ("network_io_direction",),
-    unit="bytes", sources="NVML PCIe byte counters (field values) where the driver has them",
+
+
+class IoLabels(TypedDict):
+    network_io_direction: Direction
+
+
+HW_GPU_IO = Counter(
+    "hw_gpu_io_bytes_total", "PCIe traffic.", D, IoLabels, unit="bytes",
+    sources="NVML PCIe byte counters (field values) where the driver has them",
 )
-HW_ERRORS = Metric(
-    "hw_errors_total", COUNTER, "Hardware errors by type.", D, (HW_TYPE, "error_type"),
-    fixed=True,
+
+
+class ErrorLabels(TypedDict):
+    hw_type: Literal["gpu"]
+    error_type: ErrorType
+
+
+HW_ERRORS = Counter(
+    "hw_errors_total", "Hardware errors by type.", D, ErrorLabels, fixed=True,
     sources="NVML volatile ECC totals, PCIe replay counter, XID events; amdgpu "
     "ras/*_err_count, pcie_replay_count",
 )
-HW_GPU_XID_ERRORS = Metric(
-    "hw_gpu_xid_errors_total", COUNTER,
-    "XID events by code, counted since the exporter started.", D, ("xid",),
-    sources="NVML event listener (critical XID events)",
+
+
+class XidLabels(TypedDict):
+    xid: str
+
+
+HW_GPU_XID_ERRORS = Counter(
+    "hw_gpu_xid_errors_total", "XID events by code, counted since the exporter started.",
+    D, XidLabels, sources="NVML event listener (critical XID events)",
 )
-HW_GPU_CLOCK_THROTTLE = Metric(
-    "hw_gpu_clock_throttle_active", GAUGE, "1 while the clock event reason is active.", D,
-    ("reason",), sources="NVML current clocks event reasons",
+
+
+class ReasonLabels(TypedDict):
+    reason: str
+
+
+HW_GPU_CLOCK_THROTTLE = Gauge(
+    "hw_gpu_clock_throttle_active", "1 while the clock event reason is active.", D,
+    ReasonLabels, sources="NVML current clocks event reasons",
 )
-HW_STATUS = Metric(
-    "hw_status", GAUGE, "Health state; exactly one hw_state is 1.", D, (HW_TYPE, HW_STATE),
+
+
+class StatusLabels(TypedDict):
+    hw_type: Literal["gpu"]
+    hw_state: HealthState
+
+
+HW_STATUS = Gauge(
+    "hw_status", "Health state; exactly one hw_state is 1.", D, StatusLabels,
     sources="derived: failed when lost or uncorrected errors pending, degraded when "
     "throttled by hardware or retired pages pending, else ok",
 )
 
 # --- per-process families ----------------------------------------------------------------
-PROCESS_GPU_MEMORY_USAGE = Metric(
-    "process_gpu_memory_usage_bytes", GAUGE, "Device memory used by the process.", P,
-    unit="bytes",
+PROCESS_GPU_MEMORY_USAGE = Gauge(
+    "process_gpu_memory_usage_bytes", "Device memory used by the process.", P,
+    ProcessLabels, unit="bytes",
     sources="NVML running compute/graphics processes; DRM fdinfo drm-memory-vram",
 )
-PROCESS_GPU_UTILIZATION = Metric(
-    "process_gpu_utilization_ratio", GAUGE,
-    "Fraction of the interval the process kept the engine busy (0..1).", P, (HW_GPU_TASK,),
-    unit="ratio", sources="NVML process utilization samples; DRM fdinfo engine time deltas",
+
+
+class ProcessTaskLabels(ProcessLabels):
+    hw_gpu_task: GpuTask
+
+
+PROCESS_GPU_UTILIZATION = Gauge(
+    "process_gpu_utilization_ratio",
+    "Fraction of the interval the process kept the engine busy (0..1).", P,
+    ProcessTaskLabels, unit="ratio",
+    sources="NVML process utilization samples; DRM fdinfo engine time deltas",
 )
 
 # --- CUDA activity (eBPF) ----------------------------------------------------------------
-GPU_KERNEL_LAUNCH_CALLS = Metric(
-    "gpu_kernel_launch_calls_total", COUNTER, "CUDA kernel launches.", C,
-    ("cuda_kernel_name", "process_executable_name", "cuda_api"), fixed=True,
+
+
+class CudaLabels(TypedDict):
+    process_pid: NotRequired[str]  # with --ebpf.pid-label
+
+
+class LaunchLabels(CudaLabels):
+    cuda_kernel_name: str
+    process_executable_name: str
+    cuda_api: str  # runtime | driver | graph
+
+
+GPU_KERNEL_LAUNCH_CALLS = Counter(
+    "gpu_kernel_launch_calls_total", "CUDA kernel launches.", C, LaunchLabels, fixed=True,
     sources="uprobes on cudaLaunchKernel*, cudaGraphLaunch, cuLaunchKernel*",
 )
-GPU_KERNEL_GRID_SIZE = Metric(
-    "gpu_kernel_grid_size", HISTOGRAM, "Blocks per grid of launched kernels.", C,
-    ("process_executable_name",), sources="launch arguments",
+
+
+class ExecutableLabels(CudaLabels):
+    process_executable_name: str
+
+
+GPU_KERNEL_GRID_SIZE = Histogram(
+    "gpu_kernel_grid_size", "Blocks per grid of launched kernels.", C, ExecutableLabels,
+    sources="launch arguments",
 )
-GPU_KERNEL_BLOCK_SIZE = Metric(
-    "gpu_kernel_block_size", HISTOGRAM, "Threads per block of launched kernels.", C,
-    ("process_executable_name",), sources="launch arguments",
+GPU_KERNEL_BLOCK_SIZE = Histogram(
+    "gpu_kernel_block_size", "Threads per block of launched kernels.", C, ExecutableLabels,
+    sources="launch arguments",
 )
-GPU_KERNEL_DURATION = Metric(
-    "gpu_kernel_duration_seconds", HISTOGRAM,
+
+
+class KernelDurationLabels(CudaLabels):
+    cuda_kernel_name: str
+    gpu_measurement_source: Literal["ebpf_model"]
+
+
+GPU_KERNEL_DURATION = Histogram(
+    "gpu_kernel_duration_seconds",
     "Time from launch to the synchronising call that covered it (a model, not device "
-    "execution time).", C, ("cuda_kernel_name", "gpu_measurement_source"), unit="seconds",
+    "execution time).", C, KernelDurationLabels, unit="seconds",
     sources="launch and synchronise uprobes",
 )
-GPU_MEMORY_COPIES = Metric(
-    "gpu_memory_copies_bytes", HISTOGRAM, "Bytes per memory copy call, sync and async.", C,
-    ("cuda_memcpy_kind", "process_executable_name"), unit="bytes", fixed=True,
-    sources="uprobes on cudaMemcpy*, cuMemcpy*",
+
+
+class CopyLabels(CudaLabels):
+    cuda_memcpy_kind: str
+    process_executable_name: str
+
+
+GPU_MEMORY_COPIES = Histogram(
+    "gpu_memory_copies_bytes", "Bytes per memory copy call, sync and async.", C,
+    CopyLabels, unit="bytes", fixed=True, sources="uprobes on cudaMemcpy*, cuMemcpy*",
 )
-GPU_MEMORY_ALLOCATIONS = Metric(
-    "gpu_memory_allocations_bytes", HISTOGRAM, "Bytes per allocation call.", C,
-    ("process_executable_name", "cuda_api"), unit="bytes",
-    sources="uprobes on cudaMalloc*, cuMemAlloc*",
+
+
+class AllocationLabels(CudaLabels):
+    process_executable_name: str
+    cuda_api: str  # runtime | driver | graph
+
+
+GPU_MEMORY_ALLOCATIONS = Histogram(
+    "gpu_memory_allocations_bytes", "Bytes per allocation call.", C, AllocationLabels,
+    unit="bytes", sources="uprobes on cudaMalloc*, cuMemAlloc*",
 )
-GPU_SYNC_DURATION = Metric(
-    "gpu_sync_duration_seconds", HISTOGRAM, "Time blocked in synchronising calls.", C,
-    ("cuda_sync_call",), unit="seconds",
-    sources="uprobe/uretprobe pairs on *Synchronize",
+
+
+class SyncLabels(CudaLabels):
+    cuda_sync_call: str
+
+
+GPU_SYNC_DURATION = Histogram(
+    "gpu_sync_duration_seconds", "Time blocked in synchronising calls.", C, SyncLabels,
+    unit="seconds", sources="uprobe/uretprobe pairs on *Synchronize",
 )
 
 # --- host --------------------------------------------------------------------------------
-SYSTEM_CPU_UTILIZATION = Metric(
-    "system_cpu_utilization_ratio", GAUGE, "CPU busy fraction since the last scrape (0..1).",
-    H, unit="ratio", sources="/proc/stat",
+SYSTEM_CPU_UTILIZATION = Gauge(
+    "system_cpu_utilization_ratio", "CPU busy fraction since the last scrape (0..1).",
+    H, NoLabels, unit="ratio", sources="/proc/stat",
 )
-SYSTEM_MEMORY_USAGE = Metric(
-    "system_memory_usage_bytes", GAUGE, "Memory by state.", H, ("system_memory_state",),
-    unit="bytes", sources="/proc/meminfo",
+
+
+class MemoryStateLabels(TypedDict):
+    system_memory_state: str
+
+
+SYSTEM_MEMORY_USAGE = Gauge(
+    "system_memory_usage_bytes", "Memory by state.", H, MemoryStateLabels, unit="bytes",
+    sources="/proc/meminfo",
 )
-SYSTEM_MEMORY_UTILIZATION = Metric(
-    "system_memory_utilization_ratio", GAUGE, "Memory in use over total (0..1).", H,
+SYSTEM_MEMORY_UTILIZATION = Gauge(
+    "system_memory_utilization_ratio", "Memory in use over total (0..1).", H, NoLabels,
     unit="ratio", sources="/proc/meminfo",
 )
-SYSTEM_FILESYSTEM_USAGE = Metric(
-    "system_filesystem_usage_bytes", GAUGE, "Filesystem space by state.", H,
-    ("system_device", "system_filesystem_mountpoint", "system_filesystem_type",
-     "system_filesystem_state"),
+
+
+class FilesystemLabels(TypedDict):
+    system_device: str
+    system_filesystem_mountpoint: str
+    system_filesystem_type: str
+    system_filesystem_state: str
+
+
+SYSTEM_FILESYSTEM_USAGE = Gauge(
+    "system_filesystem_usage_bytes", "Filesystem space by state.", H, FilesystemLabels,
     unit="bytes", sources="statvfs of mounted filesystems",
 )
-SYSTEM_DISK_IO = Metric(
-    "system_disk_io_bytes_total", COUNTER, "Disk traffic.", H,
-    ("system_device", "disk_io_direction"), unit="bytes", sources="/proc/diskstats",
+
+
+class DiskIoLabels(TypedDict):
+    system_device: str
+    disk_io_direction: Literal["read", "write"]
+
+
+SYSTEM_DISK_IO = Counter(
+    "system_disk_io_bytes_total", "Disk traffic.", H, DiskIoLabels, unit="bytes",
+    sources="/proc/diskstats",
 )
-SYSTEM_NETWORK_IO = Metric(
-    "system_network_io_bytes_total", COUNTER, "Network traffic per interface.", H,
-    ("network_interface_name", "network_io_direction"), unit="bytes",
-    sources="netlink interface statistics",
+
+
+class NetworkLabels(TypedDict):
+    network_interface_name: str
+    network_io_direction: Direction
+
+
+SYSTEM_NETWORK_IO = Counter(
+    "system_network_io_bytes_total", "Network traffic per interface.", H, NetworkLabels,
+    unit="bytes", sources="netlink interface statistics",
 )
-SYSTEM_NETWORK_ERRORS = Metric(
-    "system_network_errors_total", COUNTER, "Network errors per interface.", H,
-    ("network_interface_name", "network_io_direction"),
+SYSTEM_NETWORK_ERRORS = Counter(
+    "system_network_errors_total", "Network errors per interface.", H, NetworkLabels,
     sources="netlink interface statistics",
 )
 
 # --- the exporter itself -----------------------------------------------------------------
-BUILD_INFO = Metric(
-    "gpu_exporter_build_info", GAUGE, "Exporter version, always 1.", S,
-    ("version", "python_version", "nvml_bindings_version"),
-)
-COLLECTOR_SUCCESS = Metric(
-    "gpu_exporter_collector_success", GAUGE,
-    "1 when the collector read everything it should this scrape.", S, ("collector",),
-)
-COLLECTOR_DURATION = Metric(
-    "gpu_exporter_collector_duration_seconds", GAUGE, "Time the collector took this scrape.",
-    S, ("collector",), unit="seconds",
-)
-FEATURE_STATUS = Metric(
-    "gpu_exporter_feature_status", GAUGE,
-    "Feature state; exactly one state is 1 per feature.", S, ("feature", "state"),
-)
-EBPF_EVENTS_DROPPED = Metric(
-    "gpu_exporter_ebpf_events_dropped_total", COUNTER,
-    "eBPF events lost because a bounded map or buffer was full.", S, ("reason",),
-)
-EBPF_ATTACHED_LIBRARIES = Metric(
-    "gpu_exporter_ebpf_attached_libraries", GAUGE,
-    "CUDA library files with probes attached.", S, ("library",),
-)
-EBPF_KERNEL_NAMES_OVERFLOW = Metric(
-    "gpu_exporter_ebpf_kernel_names_overflow_total", COUNTER,
-    "Launches of kernels beyond the name cap, reported as cuda_kernel_name=\"other\".", S,
+
+
+class BuildLabels(TypedDict):
+    version: str
+    python_version: str
+    nvml_bindings_version: str
+
+
+BUILD_INFO = Gauge(
+    "gpu_exporter_build_info", "Exporter version, always 1.", S, BuildLabels,
 )
 
-CATALOGUE: tuple[Metric, ...] = tuple(
-    m for m in globals().values() if isinstance(m, Metric)
+
+class CollectorLabels(TypedDict):
+    collector: str
+
+
+COLLECTOR_SUCCESS = Gauge(
+    "gpu_exporter_collector_success",
+    "1 when the collector read everything it should this scrape.", S, CollectorLabels,
 )
-BY_NAME: dict[str, Metric] = {m.name: m for m in CATALOGUE}
+COLLECTOR_DURATION = Gauge(
+    "gpu_exporter_collector_duration_seconds", "Time the collector took this scrape.",
+    S, CollectorLabels, unit="seconds",
+)
+
+
+class FeatureLabels(TypedDict):
+    feature: str
+    state: Literal["enabled", "unavailable", "disabled"]
+    hw_id: NotRequired[str]  # a feature whose state differs from device to device
+
+
+FEATURE_STATUS = Gauge(
+    "gpu_exporter_feature_status",
+    "Feature state; exactly one state is 1 per feature.", S, FeatureLabels,
+)
+EBPF_EVENTS_DROPPED = Counter(
+    "gpu_exporter_ebpf_events_dropped_total",
+    "eBPF events lost because a bounded map or buffer was full.", S, ReasonLabels,
+)
+
+
+class LibraryLabels(TypedDict):
+    library: str
+
+
+EBPF_ATTACHED_LIBRARIES = Gauge(
+    "gpu_exporter_ebpf_attached_libraries", "CUDA library files with probes attached.",
+    S, LibraryLabels,
+)
+EBPF_KERNEL_NAMES_OVERFLOW = Counter(
+    "gpu_exporter_ebpf_kernel_names_overflow_total",
+    "Launches of kernels beyond the name cap, reported as cuda_kernel_name=\"other\".", S,
+    NoLabels,
+)
+
+CATALOGUE: tuple[Family[Any], ...] = tuple(
+    m for m in globals().values() if isinstance(m, Family)
+)
+BY_NAME: dict[str, Family[Any]] = {m.name: m for m in CATALOGUE}
+
+# Scope label names, for the places that list them (rules, vmagent config, docs).
+DEVICE_LABELS: tuple[str, ...] = DEVICE_LABEL_SET.names
+PROCESS_LABELS: tuple[str, ...] = PROCESS_LABEL_SET.names
+# Every label name a series of the exporter may carry but the resource labels.
+ALL_LABELS: frozenset[str] = frozenset(n for m in CATALOGUE for n in m.schema.names)

@@ -1,45 +1,76 @@
-"""Generates docs/metrics.md from the catalogue: `python -m gpu_exporter.docs`."""
+"""Generates docs/metrics.md from the catalogue's label schemas: `python -m
+gpu_exporter.docs`."""
 
 from __future__ import annotations
 
 import sys
 
 from gpu_exporter import catalogue as c
+from gpu_exporter.labels import LabelSet, Scope
 
-_SCOPE_TITLES = {
-    c.Scope.DEVICE: ("Device families", "device labels (`" + "`, `".join(c.DEVICE_LABELS)
-                     + "`; MIG instances add `hw_parent`, `gpu_mig_profile`) and resource labels"),
-    c.Scope.PROCESS: ("Per-process families", "device labels, `" + "`, `".join(c.PROCESS_LABELS)
-                      + "` (when known) and resource labels"),
-    c.Scope.CUDA: ("CUDA activity (eBPF)", "their own labels, device labels when the device "
-                   "is known, resource labels"),
-    c.Scope.HOST: ("Host families", "their own labels and resource labels"),
-    c.Scope.SELF: ("Exporter self-metrics", "their own labels and resource labels"),
+_SCOPES = {
+    Scope.DEVICE: ("Device families", "the device labels"),
+    Scope.PROCESS: ("Per-process families", "the device labels and the process labels"),
+    Scope.CUDA: ("CUDA activity (eBPF)",
+                 "the device labels when the device of the call is known (the eBPF "
+                 "collector does not know it yet: see docs/ebpf.md)"),
+    Scope.HOST: ("Host families", ""),
+    Scope.SELF: ("Exporter self-metrics", ""),
 }
+
+
+def _names(names: tuple[str, ...]) -> str:
+    return ", ".join(f"`{n}`" for n in names)
+
+
+def _label(labels: LabelSet, name: str) -> str:
+    values = dict(labels.values).get(name)
+    text = f"`{name}`" + (" = " + " \\| ".join(f"`{v}`" for v in values) if values else "")
+    return text if name in labels.required else text + " (optional)"
+
+
+def _label_set(labels: LabelSet) -> str:
+    always = [n for n in labels.names if n in labels.required]
+    known = [n for n in labels.names if n not in labels.required]
+    parts = [_names(tuple(always))] if always else []
+    if known:
+        parts.append(f"when known {_names(tuple(known))}")
+    return "; ".join(parts)
 
 
 def render() -> str:
     lines = [
         "# Metric reference",
         "",
-        "<!-- Generated from gpu_exporter/catalogue.py by `make docs`; do not edit. -->",
+        "<!-- Generated from the label schemas in gpu_exporter/catalogue.py and "
+        "gpu_exporter/labels.py by `make docs`; do not edit. -->",
         "",
         "Every series also carries the resource labels: `host_name`, `service_name` when "
         "`OTEL_SERVICE_NAME` is set, and one label per `OTEL_RESOURCE_ATTRIBUTES` key. "
         "A value the hardware does not report is absent, never 0.",
         "",
-        "**fixed**: the name appears in public queries and rules and never changes.",
+        f"**Device labels**: {_label_set(Scope.DEVICE.joined)}. `hw_id` is absent for a "
+        "GPU that no source identifies, `hw_parent` and `gpu_mig_profile` are on MIG "
+        "instances, the `k8s_*` labels on a GPU allocated to a pod with "
+        "`--processes.kubernetes-device-labels`.",
+        "",
+        f"**Process labels**: {_label_set(Scope.PROCESS.emitted)}.",
+        "",
+        "**fixed**: the name appears in public queries and rules and never changes. "
+        "**(optional)**: a label a series carries only when its value is known.",
     ]
-    for scope, (title, carries) in _SCOPE_TITLES.items():
+    for scope, (title, carries) in _SCOPES.items():
         metrics = [m for m in c.CATALOGUE if m.scope is scope]
         if not metrics:
             continue
-        lines += ["", f"## {title}", "", f"Series carry {carries}.", "",
-                  "| name | type | unit | labels | meaning | sources |",
+        lines += ["", f"## {title}", ""]
+        if carries:
+            lines += [f"Series carry {carries} besides their own.", ""]
+        lines += ["| name | type | unit | labels | meaning | sources |",
                   "|---|---|---|---|---|---|"]
         for m in metrics:
             name = f"`{m.name}`" + (" **fixed**" if m.fixed else "")
-            labels = ", ".join(f"`{label}`" for label in m.labels) or ""
+            labels = ", ".join(_label(m.own, n) for n in m.own.names)
             lines.append(
                 f"| {name} | {m.kind.value} | {m.unit} | {labels} | {m.help} | {m.sources} |"
             )

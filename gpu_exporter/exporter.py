@@ -9,27 +9,33 @@ import platform
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Any, cast
 
-from prometheus_client.metrics_core import Metric as PromMetric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+)
+from prometheus_client.core import Metric as PromMetric
+from prometheus_client.core import Sample as PromSample
 from prometheus_client.registry import Collector as PromCollector
 from prometheus_client.registry import CollectorRegistry
-from prometheus_client.samples import Sample as PromSample
 
-from gpu_exporter import __version__, device_families
+from gpu_exporter import __version__, device_families, family
 from gpu_exporter import catalogue as c
 from gpu_exporter.collectors.base import (
     Availability,
     Collector,
     CollectorUnavailable,
     Feature,
-    HistogramSample,
-    Sample,
+    FeatureState,
     Shared,
     Sink,
 )
+from gpu_exporter.family import Emitted, Family, HistogramSeries, Kind, Series
 from gpu_exporter.logs import forget, log_once
 from gpu_exporter.records import VENDOR_ORDER, GpuReading
 from gpu_exporter.settings import Settings
@@ -77,7 +83,7 @@ class GpuExporterCollector(PromCollector):
         self._lock = threading.Lock()
         self._last: ScrapeResult | None = None
         self._told: dict[tuple[str, str | None], Availability] = {}  # feature states logged
-        self._build_labels = {
+        self._build_labels: c.BuildLabels = {
             "version": __version__,
             "python_version": platform.python_version(),
             "nvml_bindings_version": _nvml_bindings_version(),
@@ -151,6 +157,11 @@ class GpuExporterCollector(PromCollector):
                          f" (fix: {a.fix})" if a.fix else "")
 
     # -- scrape ----------------------------------------------------------------------
+    def describe(self) -> Iterator[PromMetric]:
+        """Every family the exporter can emit (empty): the registry learns their names,
+        so that a scrape's `name[]` filter finds this collector."""
+        return (_prometheus_family(fam) for fam in c.CATALOGUE)
+
     def collect(self) -> Iterator[PromMetric]:
         arrived = time.monotonic()
         # Concurrent scrapes share one collection: a scraper that waited for another
@@ -269,30 +280,30 @@ class GpuExporterCollector(PromCollector):
         for sink in sinks.values():
             for hw_id, extra in sink.device_labels.items():
                 if hw_id in dev_labels:
-                    dev_labels[hw_id].update(extra)
-        samples: list[Sample] = [s for g in gpus for s in device_families.samples(g)]
-        histograms: list[HistogramSample] = []
-        for sink in sinks.values():
-            samples.extend(sink.samples)
-            histograms.extend(sink.histograms)
-        samples.extend(self._self_samples(success, duration))
-        return build_families(samples, histograms, dev_labels, self.settings.resource_labels)
+                    dev_labels[hw_id].update(cast("Mapping[str, str]", extra))
+        own = Emitted()
+        self._emit_self(own, success, duration)
+        return build_families([*sinks.values(), own], dev_labels,
+                              self.settings.resource_labels)
 
-    def _self_samples(
-        self, success: Mapping[str, bool], duration: Mapping[str, float]
-    ) -> Iterable[Sample]:
-        yield Sample(c.BUILD_INFO, self._build_labels, 1)
+    def _emit_self(
+        self, out: Emitted, success: Mapping[str, bool], duration: Mapping[str, float]
+    ) -> None:
+        c.BUILD_INFO.emit(out, 1, self._build_labels)
         for name in sorted(success):
-            yield Sample(c.COLLECTOR_SUCCESS, {"collector": name}, 1 if success[name] else 0)
-            yield Sample(c.COLLECTOR_DURATION, {"collector": name}, duration.get(name, 0.0))
+            c.COLLECTOR_SUCCESS.emit(out, 1 if success[name] else 0, {"collector": name})
+            c.COLLECTOR_DURATION.emit(out, duration.get(name, 0.0), {"collector": name})
         features = self.availability()
         self._tell(features)
         for f in sorted(features, key=lambda f: (f.name, f.hw_id or "")):
-            own = {"feature": f.name} if f.hw_id is None else {"feature": f.name,
-                                                               c.HW_ID: f.hw_id}
-            for state in ("enabled", "unavailable", "disabled"):
-                yield Sample(c.FEATURE_STATUS, {**own, "state": state},
-                             1 if f.availability.state == state else 0)
+            for state in _FEATURE_STATES:
+                labels: c.FeatureLabels = {"feature": f.name, "state": state}
+                if f.hw_id is not None:
+                    labels["hw_id"] = f.hw_id
+                c.FEATURE_STATUS.emit(out, 1 if f.availability.state == state else 0, labels)
+
+
+_FEATURE_STATES: tuple[FeatureState, ...] = ("enabled", "unavailable", "disabled")
 
 
 def assign_device_labels(gpus: Sequence[GpuReading]) -> dict[str, dict[str, str]]:
@@ -305,82 +316,102 @@ def assign_device_labels(gpus: Sequence[GpuReading]) -> dict[str, dict[str, str]
     for g in gpus:
         parent = g.identity.parent_hw_id
         i = index.get(parent if parent is not None else g.identity.key, -1)
-        labels[g.identity.key] = device_families.device_labels(g, i)
+        # A plain dict from here on: the pod labels of the device are merged into it.
+        labels[g.identity.key] = cast("dict[str, str]", device_families.device_labels(g, i))
     return labels
 
 
+def _prometheus_family(fam: Family[Any]) -> PromMetric:
+    if fam.kind is Kind.COUNTER:
+        return CounterMetricFamily(fam.name, fam.help, unit=fam.unit)
+    if fam.kind is Kind.HISTOGRAM:
+        return HistogramMetricFamily(fam.name, fam.help, unit=fam.unit)
+    return GaugeMetricFamily(fam.name, fam.help, unit=fam.unit)
+
+
 def build_families(
-    samples: Iterable[Sample],
-    histograms: Iterable[HistogramSample],
+    emitted: Sequence[Emitted],
     device_labels: Mapping[str, Mapping[str, str]],
     resource_labels: Mapping[str, str],
 ) -> list[PromMetric]:
-    families: dict[str, PromMetric] = {}
-    # Label order is resource, then device, then the sample's own. Each device's labels
-    # are joined to the resource labels once per scrape, not once per sample.
+    """prometheus_client families of everything emitted, in catalogue order. Label order
+    is resource, then device, then the sample's own; each device's labels are joined to
+    the resource labels once per scrape, not once per sample."""
     resource = dict(resource_labels)
-    joined = {hw_id: {**resource, **dev} for hw_id, dev in device_labels.items()}
-
-    def family(metric: c.Metric) -> PromMetric:
-        fam = families.get(metric.name)
-        if fam is None:
-            fam = PromMetric(metric.family_name, metric.help, metric.kind.value, metric.unit)
-            families[metric.name] = fam
-        return fam
-
-    def labels_of(own: Mapping[str, str], device: str | None) -> dict[str, str] | None:
-        if device is None:
-            return {**resource, **own}
-        base = joined.get(device)
-        if base is None:
-            return None  # a sample for a device no collector reported this scrape
-        return {**base, **own}
-
-    get = families.get
-    new = tuple.__new__
-    no_extras = (None,) * (len(PromSample._fields) - 3)  # timestamp, exemplar, ...
-    for s in samples:
-        device = s.device
-        own = s.labels
-        if device is not None:
-            base = joined.get(device)
-            if base is None:
-                continue  # a sample for a device no collector reported this scrape
-            labels = {**base, **own}
-        elif resource or type(own) is not dict:
-            labels = {**resource, **own}
-        else:
-            labels = own  # nothing to join: the sample's own dict, read only from here on
-        metric = s.metric
-        fam = get(metric.name)
-        if fam is None:
-            fam = family(metric)
-        # What PromMetric.add_sample appends, without its call and NamedTuple's __new__.
-        fam.samples.append(new(PromSample, (metric.name, labels, s.value, *no_extras)))
-    for h in histograms:
-        hlabels = labels_of(h.labels, h.device)
-        if hlabels is None:
-            continue
-        fam = family(h.metric)
-        out = fam.samples
-        name = h.metric.name
-        count = 0.0
-        for bound, cumulative in h.buckets:
-            le = "+Inf" if bound == float("inf") else _fmt_bound(bound)
-            out.append(PromSample(name + "_bucket", {**hlabels, "le": le}, cumulative))
-            count = cumulative
-        out.append(PromSample(name + "_count", hlabels, count))
-        out.append(PromSample(name + "_sum", hlabels, h.sum_value))
-    by_order = defaultdict(int, {m.name: i for i, m in enumerate(c.CATALOGUE)})
-    return sorted(families.values(), key=lambda f: by_order[_catalogue_name(f)])
+    joined = {key: {**resource, **dev} for key, dev in device_labels.items()}
+    scalars: dict[Family[Any], list[list[Series]]] = defaultdict(list)
+    histograms: dict[Family[Any], list[list[HistogramSeries]]] = defaultdict(list)
+    for e in emitted:
+        for fam, series in e.scalars.items():
+            scalars[fam].append(series)
+        for fam, hseries in e.histograms.items():
+            histograms[fam].append(hseries)
+    out: list[PromMetric] = []
+    for fam in sorted(scalars.keys() | histograms.keys(), key=lambda f: f.order):
+        prom = _prometheus_family(fam)
+        if fam in scalars:
+            _add_scalars(prom.samples, fam.name, scalars[fam], joined, resource)
+        if fam in histograms:
+            _add_histograms(prom, fam, histograms[fam], joined, resource)
+        if not prom.samples:
+            continue  # every sample named a device no collector reported this scrape
+        if family.CHECK_LABELS:
+            for sample in prom.samples:
+                fam.check({k: v for k, v in sample.labels.items() if k != "le"}, resource)
+        out.append(prom)
+    return out
 
 
-def _catalogue_name(fam: PromMetric) -> str:
-    return fam.name + "_total" if fam.type == "counter" else fam.name
+def _add_scalars(
+    samples: list[PromSample], name: str, lists: list[list[Series]],
+    joined: Mapping[str, dict[str, str]], resource: dict[str, str],
+) -> None:
+    new = PromSample
+    for series in lists:
+        for own, value, device in series:
+            if device is not None:
+                base = joined.get(device)
+                if base is None:
+                    continue  # a sample for a device no collector reported this scrape
+                # Series without labels of their own share their device's dict (the
+                # renderer only reads it).
+                labels = {**base, **own} if own else base
+            elif resource:
+                labels = {**resource, **own}
+            else:
+                labels = own  # type: ignore[assignment]  # read only from here on
+            samples.append(new(name, labels, value))
+
+
+def _add_histograms(
+    prom: PromMetric, fam: Family[Any], lists: list[list[HistogramSeries]],
+    joined: Mapping[str, dict[str, str]], resource: dict[str, str],
+) -> None:
+    # prometheus_client writes a histogram's _bucket/_count/_sum for one set of label
+    # names at a time: one family per label set, their samples gathered into one.
+    by_names: dict[tuple[str, ...], HistogramMetricFamily] = {}
+    for series in lists:
+        for own, buckets, sum_value, device in series:
+            if device is not None:
+                base = joined.get(device)
+                if base is None:
+                    continue
+                labels = {**base, **own}
+            else:
+                labels = {**resource, **own}
+            names = tuple(labels)
+            h = by_names.get(names)
+            if h is None:
+                h = by_names[names] = HistogramMetricFamily(
+                    fam.name, fam.help, labels=names, unit=fam.unit)
+            h.add_metric(list(labels.values()),
+                         [(_fmt_bound(bound), count) for bound, count in buckets], sum_value)
+    for h in by_names.values():
+        prom.samples.extend(h.samples)
 
 
 def _fmt_bound(bound: float) -> str:
-    return repr(float(bound))
+    return "+Inf" if bound == float("inf") else repr(float(bound))
 
 
 def make_registry(exporter: GpuExporterCollector) -> CollectorRegistry:

@@ -15,6 +15,7 @@ Vendor = Literal["nvidia", "amd", "intel"]
 GpuTask = Literal["general", "encoder", "decoder"]
 HealthState = Literal["ok", "degraded", "failed"]
 ErrorType = Literal["corrected", "uncorrected", "pcie_replay", "xid"]
+Direction = Literal["receive", "transmit"]
 
 # gpu_index order across vendors (spec: NVIDIA, then AMD, then Intel).
 VENDOR_ORDER: dict[str, int] = {"nvidia": 0, "amd": 1, "intel": 2}
@@ -62,7 +63,7 @@ class GpuReading:
     fan_speed_ratio: Mapping[str, float] = field(default_factory=dict)  # by fan
     fan_speed_rpm: Mapping[str, float] = field(default_factory=dict)  # by fan
     clock_hertz: Mapping[str, float] = field(default_factory=dict)  # by clock domain
-    io_bytes: Mapping[Literal["receive", "transmit"], int] = field(default_factory=dict)
+    io_bytes: Mapping[Direction, int] = field(default_factory=dict)
     errors: Mapping[ErrorType, int] = field(default_factory=dict)  # cumulative counts
     xid_errors: Mapping[int, int] = field(default_factory=dict)  # xid code -> count
     throttle_active: Mapping[str, bool] = field(default_factory=dict)  # reason -> active

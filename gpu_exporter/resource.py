@@ -14,11 +14,7 @@ _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
 
 
 def _reserved() -> set[str]:
-    names = {"le", "quantile", "collector", "feature", "state"}
-    names.update(catalogue.DEVICE_LABELS, catalogue.MIG_LABELS, catalogue.PROCESS_LABELS)
-    for metric in catalogue.CATALOGUE:
-        names.update(metric.labels)
-    return names
+    return {"le", "quantile", *catalogue.ALL_LABELS}
 
 
 def resource_labels(env: Mapping[str, str], hostname: str | None = None) -> dict[str, str]:

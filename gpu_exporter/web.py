@@ -1,9 +1,9 @@
-"""HTTP server: /metrics (text or OpenMetrics, gzip on request), /, /healthz."""
+"""HTTP server: /metrics (text or OpenMetrics, gzip on request, `name[]` filtering), /,
+/healthz."""
 
 from __future__ import annotations
 
 import contextlib
-import gzip
 import heapq
 import html
 import itertools
@@ -18,7 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
-from prometheus_client.exposition import choose_encoder
+from prometheus_client.exposition import make_wsgi_app
 from prometheus_client.registry import CollectorRegistry
 
 from gpu_exporter import __version__, flagtypes
@@ -172,6 +172,9 @@ def _san_allowed(cert: Any, allowed: tuple[str, ...]) -> bool:
 
 class Handler(BaseHTTPRequestHandler):
     registry: ClassVar[CollectorRegistry]
+    # prometheus_client's own /metrics application: content negotiation (text,
+    # OpenMetrics), gzip, and `name[]` filtering, exactly as the library serves them.
+    metrics_app: ClassVar[Any]
     telemetry_path: ClassVar[str] = "/metrics"
     auth: ClassVar[BasicAuth | None] = None
     config_headers: ClassVar[dict[str, str]] = {}
@@ -273,13 +276,7 @@ class Handler(BaseHTTPRequestHandler):
         if not self._authorized(path, head):
             return
         if path == self.telemetry_path:
-            encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
-            body = encoder(self.registry)
-            extra = {}
-            if "gzip" in self.headers.get("Accept-Encoding", ""):
-                body = gzip.compress(body, compresslevel=6)
-                extra["Content-Encoding"] = "gzip"
-            self._send(200, body, content_type, head, extra)
+            self._metrics(head)
         elif path == "/":
             self._send(200, landing_page(self.telemetry_path).encode(),
                        "text/html; charset=utf-8", head)
@@ -287,6 +284,23 @@ class Handler(BaseHTTPRequestHandler):
             self._send(200, b"ok\n", "text/plain; charset=utf-8", head)
         else:
             self._send(404, b"404 page not found\n", "text/plain; charset=utf-8", head)
+
+    def _metrics(self, head: bool) -> None:
+        answer: dict[str, Any] = {}
+
+        def start_response(status: str, headers: list[tuple[str, str]]) -> None:
+            answer["status"], answer["headers"] = int(status.split()[0]), dict(headers)
+
+        environ = {
+            "REQUEST_METHOD": "GET", "PATH_INFO": self.telemetry_path,
+            "QUERY_STRING": self.path.partition("?")[2],
+            "HTTP_ACCEPT": self.headers.get("Accept", ""),
+            "HTTP_ACCEPT_ENCODING": self.headers.get("Accept-Encoding", ""),
+        }
+        body = b"".join(self.metrics_app(environ, start_response))
+        headers = answer["headers"]
+        content_type = headers.pop("Content-Type", "text/plain; charset=utf-8")
+        self._send(answer["status"], body, content_type, head, headers)
 
     def do_GET(self) -> None:
         self._route(head=False)
@@ -316,7 +330,8 @@ def make_server(
     host, port = parse_listen_address(listen_address)
     web_config = web_config or WebConfig()
     handler = type("BoundHandler", (Handler,), {
-        "registry": registry, "telemetry_path": telemetry_path,
+        "registry": registry, "metrics_app": staticmethod(make_wsgi_app(registry)),
+        "telemetry_path": telemetry_path,
         "auth": BasicAuth(web_config.basic_auth_users) if web_config.auth_required else None,
         "config_headers": dict(web_config.headers),
     })
@@ -335,8 +350,3 @@ def make_server(
     server.client_allowed_sans = web_config.tls.client_allowed_sans if web_config.tls else ()
     return server
 
-
-def serve_in_thread(server: ThreadingHTTPServer) -> threading.Thread:
-    t = threading.Thread(target=server.serve_forever, name="http", daemon=True)
-    t.start()
-    return t

@@ -5,17 +5,18 @@ from __future__ import annotations
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeVar, cast
 
-from gpu_exporter.catalogue import Kind, Metric
+from gpu_exporter import device_families
+from gpu_exporter.family import Emitted
+from gpu_exporter.labels import PodLabels
 from gpu_exporter.records import GpuReading
 from gpu_exporter.settings import Option, Settings
 
 FeatureState = Literal["enabled", "unavailable", "disabled"]
 T = TypeVar("T")
-_HISTOGRAM = Kind.HISTOGRAM  # Enum member lookups cost a descriptor call: once per sample
 
 
 class CollectorFault(Exception):
@@ -71,21 +72,6 @@ class Feature:
     hw_id: str | None = None
 
 
-@dataclass(slots=True)  # slots: thousands are made and read each scrape
-class Sample:
-    metric: Metric
-    labels: Mapping[str, str]
-    value: float
-    device: str | None = None  # hw_id (or PCI address) whose device labels are joined in
-
-
-@dataclass(slots=True)
-class HistogramSample:
-    metric: Metric
-    labels: Mapping[str, str]
-    buckets: Sequence[tuple[float, float]]  # (upper bound, cumulative count), +Inf last
-    sum_value: float
-    device: str | None = None
 
 
 class _Once:
@@ -129,45 +115,25 @@ class Shared:
 
 
 @dataclass
-class Sink:
-    """What one collector produces during one scrape. Values of None are absent."""
+class Sink(Emitted):
+    """What one collector produces during one scrape: its samples, emitted through the
+    catalogue's families (`c.HW_GPU_UP.emit(sink, 1, {}, device=key)`), the devices it
+    reports, and what it could not read."""
 
     collector: str
     deadline: float  # time.monotonic() by which collect() must return
     gpus: list[GpuReading] = field(default_factory=list)
-    samples: list[Sample] = field(default_factory=list)
-    histograms: list[HistogramSample] = field(default_factory=list)
-    device_labels: dict[str, dict[str, str]] = field(default_factory=dict)
+    device_labels: dict[str, PodLabels] = field(default_factory=dict)
     failures: list[tuple[str, str]] = field(default_factory=list)
     shared: Shared = field(default_factory=Shared)  # one per scrape, the same in each Sink
 
     def gpu(self, reading: GpuReading) -> None:
+        """One device: its hw_gpu_* samples (`device_families`), and its identity for the
+        device labels the exporter joins into every series naming it."""
         self.gpus.append(reading)
+        device_families.emit(reading, self)
 
-    def add(
-        self,
-        metric: Metric,
-        labels: Mapping[str, str],
-        value: float | None,
-        device: str | None = None,
-    ) -> None:
-        if value is None:
-            return
-        if metric.kind is _HISTOGRAM:
-            raise TypeError(f"{metric.name} is a histogram: use add_histogram")
-        self.samples.append(Sample(metric, labels, float(value), device))
-
-    def add_histogram(
-        self,
-        metric: Metric,
-        labels: Mapping[str, str],
-        buckets: Sequence[tuple[float, float]],
-        sum_value: float,
-        device: str | None = None,
-    ) -> None:
-        self.histograms.append(HistogramSample(metric, labels, buckets, sum_value, device))
-
-    def label_device(self, hw_id: str, labels: Mapping[str, str]) -> None:
+    def label_device(self, hw_id: str, labels: PodLabels) -> None:
         """Extra labels for every series of one device (e.g. the Kubernetes pod)."""
         self.device_labels.setdefault(hw_id, {}).update(labels)
 

@@ -7,12 +7,13 @@ import logging
 import os
 import platform
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from gpu_exporter import catalogue as c
 from gpu_exporter import flagtypes
 from gpu_exporter.collectors.base import Availability, Collector, CollectorFault, Sink
-from gpu_exporter.ebpf.reading import CudaActivity, LabelledHistogram
+from gpu_exporter.ebpf.reading import CallHistogram, CudaActivity
+from gpu_exporter.family import Buckets
 from gpu_exporter.settings import Option
 
 log = logging.getLogger("gpu_exporter.collectors.ebpf")
@@ -109,27 +110,38 @@ class EbpfCollector(Collector):
         if self._engine is None:
             return
         a: CudaActivity = self._engine.read()
-        pid_label = self.settings.get(PID_LABEL)
         for launch in a.launches:
-            labels = {"cuda_kernel_name": launch.kernel_name,
-                      "process_executable_name": launch.executable, "cuda_api": launch.api}
-            if pid_label and launch.pid is not None:
-                labels["process_pid"] = str(launch.pid)
-            sink.add(c.GPU_KERNEL_LAUNCH_CALLS, labels, launch.count)
-        for metric, hists in (
-            (c.GPU_KERNEL_GRID_SIZE, a.grid_size),
-            (c.GPU_KERNEL_BLOCK_SIZE, a.block_size),
-            (c.GPU_KERNEL_DURATION, a.kernel_duration_seconds),
-            (c.GPU_MEMORY_COPIES, a.copies_bytes),
-            (c.GPU_MEMORY_ALLOCATIONS, a.allocations_bytes),
-            (c.GPU_SYNC_DURATION, a.sync_duration_seconds),
-        ):
-            _histograms(sink, metric, hists)
+            launch_labels: c.LaunchLabels = {
+                "cuda_kernel_name": launch.kernel_name,
+                "process_executable_name": launch.executable, "cuda_api": launch.api}
+            c.GPU_KERNEL_LAUNCH_CALLS.emit(sink, launch.count,
+                                           _pid(launch_labels, launch.pid))
+        for h in a.grid_size:
+            grid: c.ExecutableLabels = {"process_executable_name": h.key.executable}
+            c.GPU_KERNEL_GRID_SIZE.emit(sink, *_hist(h), _pid(grid, h.key.pid))
+        for h in a.block_size:
+            block: c.ExecutableLabels = {"process_executable_name": h.key.executable}
+            c.GPU_KERNEL_BLOCK_SIZE.emit(sink, *_hist(h), _pid(block, h.key.pid))
+        for h in a.kernel_duration_seconds:
+            duration: c.KernelDurationLabels = {
+                "cuda_kernel_name": h.key.kernel_name, "gpu_measurement_source": "ebpf_model"}
+            c.GPU_KERNEL_DURATION.emit(sink, *_hist(h), _pid(duration, h.key.pid))
+        for h in a.copies_bytes:
+            copy: c.CopyLabels = {"cuda_memcpy_kind": h.key.memcpy_kind,
+                                  "process_executable_name": h.key.executable}
+            c.GPU_MEMORY_COPIES.emit(sink, *_hist(h), _pid(copy, h.key.pid))
+        for h in a.allocations_bytes:
+            alloc: c.AllocationLabels = {"process_executable_name": h.key.executable,
+                                         "cuda_api": h.key.api}
+            c.GPU_MEMORY_ALLOCATIONS.emit(sink, *_hist(h), _pid(alloc, h.key.pid))
+        for h in a.sync_duration_seconds:
+            sync: c.SyncLabels = {"cuda_sync_call": h.key.sync_call}
+            c.GPU_SYNC_DURATION.emit(sink, *_hist(h), _pid(sync, h.key.pid))
         for reason, n in sorted(a.dropped.items()):
-            sink.add(c.EBPF_EVENTS_DROPPED, {"reason": reason}, n)
+            c.EBPF_EVENTS_DROPPED.emit(sink, n, {"reason": reason})
         for library in a.attached_libraries:
-            sink.add(c.EBPF_ATTACHED_LIBRARIES, {"library": library}, 1)
-        sink.add(c.EBPF_KERNEL_NAMES_OVERFLOW, {}, a.kernel_names_overflow)
+            c.EBPF_ATTACHED_LIBRARIES.emit(sink, 1, {"library": library})
+        c.EBPF_KERNEL_NAMES_OVERFLOW.emit(sink, a.kernel_names_overflow, {})
 
     def close(self) -> None:
         if self._engine is not None:
@@ -137,6 +149,16 @@ class EbpfCollector(Collector):
             self._engine = None
 
 
-def _histograms(sink: Sink, metric: c.Metric, hists: Sequence[LabelledHistogram]) -> None:
-    for h in hists:
-        sink.add_histogram(metric, h.labels, h.histogram.buckets, h.histogram.sum)
+
+_L = TypeVar("_L", bound=c.CudaLabels)
+
+
+def _pid(labels: _L, pid: int | None) -> _L:
+    """process_pid on a CUDA family's series (--ebpf.pid-label: the engine keeps pids)."""
+    if pid is not None:
+        labels["process_pid"] = str(pid)
+    return labels
+
+
+def _hist(h: CallHistogram) -> tuple[Buckets, float]:
+    return h.histogram.buckets, h.histogram.sum

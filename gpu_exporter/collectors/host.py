@@ -12,6 +12,7 @@ from gpu_exporter import catalogue as c
 from gpu_exporter.collectors.base import Availability, Collector, Sink
 from gpu_exporter.flagtypes import regex
 from gpu_exporter.readers import host
+from gpu_exporter.records import Direction
 from gpu_exporter.settings import Option
 
 FS_TYPES_OPTION = Option(
@@ -78,13 +79,13 @@ class HostCollector(Collector):
         now = host.read_cpu_times()
         ratio = host.cpu_utilization(self._cpu_before, now)
         self._cpu_before = now
-        sink.add(c.SYSTEM_CPU_UTILIZATION, {}, ratio)
+        c.SYSTEM_CPU_UTILIZATION.emit(sink, ratio, {})
 
     def _memory(self, sink: Sink) -> None:
         mem = host.read_memory()
         for state, nbytes in mem.by_state.items():
-            sink.add(c.SYSTEM_MEMORY_USAGE, {"system_memory_state": state}, nbytes)
-        sink.add(c.SYSTEM_MEMORY_UTILIZATION, {}, mem.utilization_ratio)
+            c.SYSTEM_MEMORY_USAGE.emit(sink, nbytes, {"system_memory_state": state})
+        c.SYSTEM_MEMORY_UTILIZATION.emit(sink, mem.utilization_ratio, {})
 
     def _filesystems(self, sink: Sink) -> None:
         readings, errors = host.read_filesystems(
@@ -92,28 +93,30 @@ class HostCollector(Collector):
         )
         for fs in readings:
             for state, nbytes in fs.by_state.items():
-                sink.add(c.SYSTEM_FILESYSTEM_USAGE, {
+                c.SYSTEM_FILESYSTEM_USAGE.emit(sink, nbytes, {
                     "system_device": fs.device, "system_filesystem_mountpoint": fs.mountpoint,
                     "system_filesystem_type": fs.fs_type, "system_filesystem_state": state,
-                }, nbytes)
+                })
         for mountpoint, error in errors:
             sink.fail(f"statvfs:{mountpoint}", f"statvfs {mountpoint}: {error}")
 
     def _disk_io(self, sink: Sink) -> None:
         for d in host.read_disks(self._disks):
-            sink.add(c.SYSTEM_DISK_IO, {"system_device": d.device, "disk_io_direction": "read"},
-                     d.read_bytes)
-            sink.add(c.SYSTEM_DISK_IO,
-                     {"system_device": d.device, "disk_io_direction": "write"}, d.write_bytes)
+            c.SYSTEM_DISK_IO.emit(
+                sink, d.read_bytes, {"system_device": d.device, "disk_io_direction": "read"})
+            c.SYSTEM_DISK_IO.emit(
+                sink, d.write_bytes, {"system_device": d.device, "disk_io_direction": "write"})
 
     def _network(self, sink: Sink) -> None:
         if self._netlink is None:
             return
         for i in self._netlink.read(self._interfaces):
-            for direction, nbytes, errors in (
+            directions: tuple[tuple[Direction, int, int], ...] = (
                 ("receive", i.receive_bytes, i.receive_errors),
                 ("transmit", i.transmit_bytes, i.transmit_errors),
-            ):
-                labels = {"network_interface_name": i.name, "network_io_direction": direction}
-                sink.add(c.SYSTEM_NETWORK_IO, labels, nbytes)
-                sink.add(c.SYSTEM_NETWORK_ERRORS, labels, errors)
+            )
+            for direction, nbytes, errors in directions:
+                labels: c.NetworkLabels = {"network_interface_name": i.name,
+                                           "network_io_direction": direction}
+                c.SYSTEM_NETWORK_IO.emit(sink, nbytes, labels)
+                c.SYSTEM_NETWORK_ERRORS.emit(sink, errors, labels)

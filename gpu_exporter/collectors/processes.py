@@ -18,6 +18,7 @@ from pathlib import Path
 from gpu_exporter import catalogue as c
 from gpu_exporter.collectors.base import Availability, Collector, Feature, Sink
 from gpu_exporter.collectors.sysfs_gpus import drm_clients
+from gpu_exporter.labels import PodLabels, ProcessLabels
 from gpu_exporter.logs import forget, log_once
 from gpu_exporter.readers import fdinfo
 from gpu_exporter.readers.nvidia_processes import NvidiaProcessReader, NvmlUnavailable
@@ -43,10 +44,6 @@ DEVICE_LABELS_OPTION = Option(
     "processes.kubernetes-device-labels", bool, False,
     "Put k8s_pod_name, k8s_namespace_name and k8s_container_name of the pod a GPU is "
     "allocated to on that GPU's device series.", is_flag=True)
-# Labels beyond the spec's process labels, from the same (OpenTelemetry) vocabulary.
-POD_UID = "k8s_pod_uid"
-CONTAINER_NAME = "k8s_container_name"
-_NO_POD = {"k8s_namespace_name": "", "k8s_pod_name": "", CONTAINER_NAME: ""}
 # Never wait longer than this on the kubelet, whatever the scrape timeout.
 _KUBELET_TIMEOUT = 2.0
 
@@ -124,11 +121,13 @@ class ProcessesCollector(Collector):
                 # The device's pod labels are joined into every series of the device; a
                 # process's own (even unknown = empty, i.e. absent in Prometheus) win, so
                 # a host process is never credited to the pod its GPU is allocated to.
-                labels = {**_NO_POD, **labels}
-            sink.add(c.PROCESS_GPU_MEMORY_USAGE, labels, u.memory_bytes, device=device)
+                labels.setdefault("k8s_namespace_name", "")
+                labels.setdefault("k8s_pod_name", "")
+                labels.setdefault("k8s_container_name", "")
+            c.PROCESS_GPU_MEMORY_USAGE.emit(sink, u.memory_bytes, labels, device)
             for task, ratio in sorted((u.utilization or {}).items()):
-                sink.add(c.PROCESS_GPU_UTILIZATION, {**labels, c.HW_GPU_TASK: task}, ratio,
-                         device=device)
+                c.PROCESS_GPU_UTILIZATION.emit(sink, ratio, {**labels, "hw_gpu_task": task},
+                                               device)
         if self._device_labels and pods:
             for device, refs in pods.items():
                 sink.label_device(device, _pod_labels(refs))
@@ -219,8 +218,8 @@ def _process_labels(
     device: str, pid: int, info: ProcessInfo | None,
     pods: Mapping[str, tuple[ContainerRef, ...]] | None,
     uid_pods: Mapping[str, tuple[str, str]],
-) -> dict[str, str]:
-    labels = {"process_pid": str(pid)}
+) -> ProcessLabels:
+    labels: ProcessLabels = {"process_pid": str(pid)}
     if info is None:
         return labels  # exited during the scrape, or in a pid namespace we cannot see
     if info.executable_name:
@@ -229,7 +228,7 @@ def _process_labels(
         labels["container_id"] = info.container_id
     if info.pod_uid is None:
         return labels  # a host process is never labelled with the pod its GPU serves
-    labels[POD_UID] = info.pod_uid
+    labels["k8s_pod_uid"] = info.pod_uid
     pod = uid_pods.get(info.pod_uid)
     if pod is None:
         return labels
@@ -237,16 +236,16 @@ def _process_labels(
     containers = {r.container_name for r in (pods or {}).get(device, ())
                   if (r.namespace, r.pod_name) == pod}
     if len(containers) == 1:
-        labels[CONTAINER_NAME] = next(iter(containers))
+        labels["k8s_container_name"] = next(iter(containers))
     return labels
 
 
-def _pod_labels(refs: tuple[ContainerRef, ...]) -> dict[str, str]:
+def _pod_labels(refs: tuple[ContainerRef, ...]) -> PodLabels:
     """A GPU shared by several pods (time-slicing) lists them all, comma-separated in the
     same order in each label (the n-th namespace goes with the n-th pod and container),
     so the device stays one series."""
     return {
         "k8s_namespace_name": ",".join(r.namespace for r in refs),
         "k8s_pod_name": ",".join(r.pod_name for r in refs),
-        CONTAINER_NAME: ",".join(r.container_name for r in refs),
+        "k8s_container_name": ",".join(r.container_name for r in refs),
     }

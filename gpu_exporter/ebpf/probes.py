@@ -28,8 +28,9 @@ from gpu_exporter.ebpf.reading import (
     BYTES_BOUNDS_LOG2,
     GRID_BOUNDS_LOG2,
     SECONDS_BOUNDS_LOG2_NS,
+    CallHistogram,
+    CallKey,
     CudaActivity,
-    LabelledHistogram,
     Launches,
     cumulative,
 )
@@ -38,7 +39,6 @@ from gpu_exporter.ebpf.resolve import Resolver
 log = logging.getLogger("gpu_exporter.ebpf")
 
 _POLL_MS = 100
-LabelKey = tuple[tuple[str, str], ...]
 
 
 def _int(x: Any) -> int:
@@ -65,7 +65,7 @@ def load_bpf(bcc: Any) -> Any:
 class _Totals:
     """Counts folded in from processes that have exited (their map entries are freed)."""
 
-    values: dict[tuple[int, LabelKey, int], int] = field(default_factory=lambda: defaultdict(int))
+    values: dict[tuple[int, CallKey, int], int] = field(default_factory=lambda: defaultdict(int))
 
 
 class Engine:
@@ -183,45 +183,42 @@ class Engine:
             # Kernels without batched lookups (before 5.6).
             return list(table.items())
 
-    def _shape_rows(self, tgid: int, v: Any) -> Iterator[tuple[tuple[int, LabelKey, int], int]]:
-        labels = self._labels(tgid, abi.FAM_GRID, 0, 0)
+    def _shape_rows(self, tgid: int, v: Any) -> Iterator[tuple[tuple[int, CallKey, int], int]]:
+        key = self._key(tgid, abi.FAM_GRID, 0, 0)
         for fam, slots, total in ((abi.FAM_GRID, v.grid, v.grid_sum),
                                   (abi.FAM_BLOCK, v.block, v.block_sum)):
             for slot, n in enumerate(slots):
                 if n:
-                    yield (fam, labels, slot), int(n)
-            yield (fam, labels, abi.SLOT_SUM), int(total)
+                    yield (fam, key, slot), int(n)
+            yield (fam, key, abi.SLOT_SUM), int(total)
 
-    def _labels(self, tgid: int, fam: int, sub: int, ident: int) -> LabelKey:
+    def _key(self, tgid: int, fam: int, sub: int, ident: int) -> CallKey:
         r = self.resolver
-        labels: dict[str, str] = {}
+        pid = tgid if self.pid_label else None
         if fam == abi.FAM_LAUNCH:
-            labels = {"cuda_kernel_name": r.kernel_label(tgid, sub, ident),
-                      "process_executable_name": r.executable(tgid),
-                      "cuda_api": abi.API_NAMES.get(sub, "runtime")}
-        elif fam in (abi.FAM_GRID, abi.FAM_BLOCK):
-            labels = {"process_executable_name": r.executable(tgid)}
-        elif fam == abi.FAM_COPY:
-            labels = {"cuda_memcpy_kind": abi.MEMCPY_KIND_NAMES.get(sub, "Default"),
-                      "process_executable_name": r.executable(tgid)}
-        elif fam == abi.FAM_ALLOC:
-            labels = {"process_executable_name": r.executable(tgid),
-                      "cuda_api": abi.API_NAMES.get(sub, "runtime")}
-        elif fam == abi.FAM_SYNC:
-            labels = {"cuda_sync_call": abi.SYNC_NAMES.get(sub, "unknown")}
-        elif fam == abi.FAM_DURATION:
-            labels = {"cuda_kernel_name": r.kernel_label(tgid, sub, ident),
-                      "gpu_measurement_source": "ebpf_model"}
-        if self.pid_label:
-            labels["process_pid"] = str(tgid)
-        return tuple(sorted(labels.items()))
+            return CallKey(executable=r.executable(tgid),
+                           kernel_name=r.kernel_label(tgid, sub, ident),
+                           api=abi.API_NAMES.get(sub, "runtime"), pid=pid)
+        if fam in (abi.FAM_GRID, abi.FAM_BLOCK):
+            return CallKey(executable=r.executable(tgid), pid=pid)
+        if fam == abi.FAM_COPY:
+            return CallKey(executable=r.executable(tgid),
+                           memcpy_kind=abi.MEMCPY_KIND_NAMES.get(sub, "Default"), pid=pid)
+        if fam == abi.FAM_ALLOC:
+            return CallKey(executable=r.executable(tgid),
+                           api=abi.API_NAMES.get(sub, "runtime"), pid=pid)
+        if fam == abi.FAM_SYNC:
+            return CallKey(sync_call=abi.SYNC_NAMES.get(sub, "unknown"), pid=pid)
+        if fam == abi.FAM_DURATION:
+            return CallKey(kernel_name=r.kernel_label(tgid, sub, ident), pid=pid)
+        return CallKey(pid=pid)
 
     def read(self) -> CudaActivity:
         with self._read_lock:
             return self._read()
 
     def _read(self) -> CudaActivity:
-        totals: dict[tuple[int, LabelKey, int], int] = defaultdict(int)
+        totals: dict[tuple[int, CallKey, int], int] = defaultdict(int)
         for key, n in self._retired.values.items():
             totals[key] += n
         live: dict[int, bool] = {}
@@ -236,7 +233,7 @@ class Engine:
             if not alive(int(k.tgid)):
                 dead_stats.append(k)
                 continue
-            totals[(k.fam, self._labels(int(k.tgid), k.fam, k.sub, k.id), k.slot)] += _int(v)
+            totals[(k.fam, self._key(int(k.tgid), k.fam, k.sub, k.id), k.slot)] += _int(v)
         for k, v in self._entries("shapes"):
             if not alive(_int(k)):
                 dead_shapes.append(_int(k))
@@ -248,13 +245,13 @@ class Engine:
         return self._activity(totals)
 
     def _fold(self, dead_stats: list[Any], dead_shapes: list[Any],
-              totals: dict[tuple[int, LabelKey, int], int]) -> None:
+              totals: dict[tuple[int, CallKey, int], int]) -> None:
         """Move the counts of exited processes out of the BPF maps into our own totals,
         so the maps do not fill up with the dead; the sums stay monotonic."""
         if not dead_stats and not dead_shapes:
             return
         tgids: set[int] = set()
-        folded: list[tuple[tuple[int, LabelKey, int], int]] = []
+        folded: list[tuple[tuple[int, CallKey, int], int]] = []
         stats = self._bpf["stats"]
         for k in dead_stats:
             try:
@@ -264,7 +261,7 @@ class Engine:
                 continue
             tgid = int(k.tgid)
             tgids.add(tgid)
-            folded.append(((int(k.fam), self._labels(tgid, k.fam, k.sub, k.id), int(k.slot)), n))
+            folded.append(((int(k.fam), self._key(tgid, k.fam, k.sub, k.id), int(k.slot)), n))
         shapes = self._bpf["shapes"]
         for tgid in dead_shapes:
             key = shapes.Key(tgid)
@@ -293,34 +290,31 @@ class Engine:
                 with contextlib.suppress(KeyError):
                     del threads[k]
 
-    def _activity(self, totals: dict[tuple[int, LabelKey, int], int]) -> CudaActivity:
-        launches: dict[LabelKey, int] = defaultdict(int)
-        hists: dict[tuple[int, LabelKey], dict[int, int]] = defaultdict(dict)
-        sums: dict[tuple[int, LabelKey], int] = defaultdict(int)
-        for (fam, labels, slot), n in totals.items():
+    def _activity(self, totals: dict[tuple[int, CallKey, int], int]) -> CudaActivity:
+        launches: dict[CallKey, int] = defaultdict(int)
+        hists: dict[tuple[int, CallKey], dict[int, int]] = defaultdict(dict)
+        sums: dict[tuple[int, CallKey], int] = defaultdict(int)
+        for (fam, key, slot), n in totals.items():
             if fam == abi.FAM_LAUNCH:
-                launches[labels] += n
+                launches[key] += n
             elif slot == abi.SLOT_SUM:
-                sums[(fam, labels)] += n
+                sums[(fam, key)] += n
             else:
-                h = hists[(fam, labels)]
+                h = hists[(fam, key)]
                 h[slot] = h.get(slot, 0) + n
         out_launches = []
         overflow = 0
-        for labels, n in sorted(launches.items()):
-            d = dict(labels)
-            if d["cuda_kernel_name"] == OTHER:
+        for key, n in sorted(launches.items()):
+            if key.kernel_name == OTHER:
                 overflow += n
-            pid = d.get("process_pid")
-            out_launches.append(Launches(d["cuda_kernel_name"], d["process_executable_name"],
-                                         d["cuda_api"], int(pid) if pid else None, n))
+            out_launches.append(Launches(key.kernel_name, key.executable, key.api, key.pid, n))
 
         def family(fam: int, bounds: tuple[int, ...], scale: float = 1.0,
-                   ) -> list[LabelledHistogram]:
+                   ) -> list[CallHistogram]:
             return [
-                LabelledHistogram(dict(labels), cumulative(slots, sums.get((f, labels), 0),
-                                                           bounds, scale))
-                for (f, labels), slots in sorted(hists.items()) if f == fam
+                CallHistogram(key, cumulative(slots, sums.get((f, key), 0), bounds, scale))
+                for (f, key), slots in sorted(hists.items())
+                if f == fam
             ]
 
         dropped = {}
@@ -339,3 +333,4 @@ class Engine:
             attached_libraries=self.attached_libraries,
             kernel_names_overflow=overflow,
         )
+

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 # Fixed bucket bounds. The BPF side keeps log2 slots (slot s holds values in
 # (2^(s-1), 2^s]); every bound below is a power of two, so the cumulative counts are exact.
@@ -44,21 +45,32 @@ class Launches:
     count: int
 
 
+class CallKey(NamedTuple):
+    """What counts of CUDA calls are kept by; a field the family does not use is ""."""
+
+    executable: str = ""
+    kernel_name: str = ""
+    api: str = ""  # runtime | driver | graph: launches, allocations
+    memcpy_kind: str = ""  # copies
+    sync_call: str = ""  # synchronisations
+    pid: int | None = None  # only with --ebpf.pid-label
+
+
 @dataclass(frozen=True)
-class LabelledHistogram:
-    labels: Mapping[str, str]  # the family's own labels
+class CallHistogram:
+    key: CallKey
     histogram: Histogram
 
 
 @dataclass(frozen=True)
 class CudaActivity:
     launches: Sequence[Launches]
-    grid_size: Sequence[LabelledHistogram]  # blocks per grid
-    block_size: Sequence[LabelledHistogram]  # threads per block
-    kernel_duration_seconds: Sequence[LabelledHistogram]
-    copies_bytes: Sequence[LabelledHistogram]
-    allocations_bytes: Sequence[LabelledHistogram]
-    sync_duration_seconds: Sequence[LabelledHistogram]
+    grid_size: Sequence[CallHistogram]  # blocks per grid
+    block_size: Sequence[CallHistogram]  # threads per block
+    kernel_duration_seconds: Sequence[CallHistogram]
+    copies_bytes: Sequence[CallHistogram]
+    allocations_bytes: Sequence[CallHistogram]
+    sync_duration_seconds: Sequence[CallHistogram]
     dropped: Mapping[str, int]  # reason -> events lost since start
     attached_libraries: Sequence[str]  # paths as the first process seen mapping them saw
     kernel_names_overflow: int  # launches reported as cuda_kernel_name="other"

@@ -40,11 +40,12 @@ class Gpus(Collector):
     def collect(self, sink: Sink) -> None:
         for r in self.readings:
             sink.gpu(r)
-        sink.add(c.PROCESS_GPU_MEMORY_USAGE, {"process_pid": "42"}, 1024,
-                 device="0000:03:00.0")
-        sink.add(c.PROCESS_GPU_MEMORY_USAGE, {"process_pid": "43"}, None, device="AMD-1")
-        sink.add_histogram(c.GPU_MEMORY_COPIES, {"cuda_memcpy_kind": "HostToDevice"},
-                           [(1024.0, 2), (4096.0, 3), (float("inf"), 3)], 5000.0)
+        c.PROCESS_GPU_MEMORY_USAGE.emit(sink, 1024, {"process_pid": "42"},
+                                        device="0000:03:00.0")
+        c.PROCESS_GPU_MEMORY_USAGE.emit(sink, None, {"process_pid": "43"}, device="AMD-1")
+        c.GPU_MEMORY_COPIES.emit(
+            sink, [(1024.0, 2), (4096.0, 3), (float("inf"), 3)], 5000.0,
+            {"cuda_memcpy_kind": "HostToDevice", "process_executable_name": "train"})
 
 
 class Broken(Collector):
@@ -79,7 +80,7 @@ class Later(Collector):
         return Availability.enabled() if Later.ready else Availability.unavailable("not yet")
 
     def collect(self, sink: Sink) -> None:
-        sink.add(c.SYSTEM_MEMORY_UTILIZATION, {}, 0.5)
+        c.SYSTEM_MEMORY_UTILIZATION.emit(sink, 0.5, {})
 
 
 def _exporter(*classes: type[Collector], timeout: float = 5.0) -> GpuExporterCollector:
@@ -162,16 +163,16 @@ def test_unavailable_collector_becomes_available_without_restart() -> None:
     assert value(series, "gpu_exporter_feature_status", feature="later", state="unavailable") == 1
     assert not find(series, "system_memory_utilization_ratio")
     Later.ready = True
-    time.sleep(0.05)
-    exp._last = None  # a new scrape, not the shared result of the previous one
+    time.sleep(0.05)  # past the retry interval
     series = parse(_scrape(exp))
     exp.close()
     assert value(series, "gpu_exporter_feature_status", feature="later", state="enabled") == 1
     assert value(series, "system_memory_utilization_ratio") == 0.5
 
 
-def test_concurrent_scrapes_share_one_collection() -> None:
-    calls = []
+def test_scrapes_arriving_during_a_collection_share_it() -> None:
+    calls: list[float] = []
+    entered, release = threading.Event(), threading.Event()
 
     class Slow(Collector):
         name = "slow"
@@ -181,20 +182,30 @@ def test_concurrent_scrapes_share_one_collection() -> None:
             return Availability.enabled()
 
         def collect(self, sink: Sink) -> None:
-            calls.append(1)
-            time.sleep(0.3)
-            sink.add(c.SYSTEM_MEMORY_UTILIZATION, {}, 0.5)
+            calls.append(time.monotonic())
+            entered.set()
+            release.wait(30)
+            c.SYSTEM_MEMORY_UTILIZATION.emit(sink, len(calls), {})
 
     exp = _exporter(Slow)
     results: list[str] = []
-    threads = [threading.Thread(target=lambda: results.append(_scrape(exp))) for _ in range(8)]
-    for t in threads:
+    first = threading.Thread(target=lambda: results.append(_scrape(exp)))
+    first.start()
+    assert entered.wait(10)
+    # Seven more scrapes arrive while the first one is still collecting.
+    others = [threading.Thread(target=lambda: results.append(_scrape(exp))) for _ in range(7)]
+    for t in others:
         t.start()
-    for t in threads:
-        t.join()
+    time.sleep(0.3)  # they are all waiting for the first collection by now
+    release.set()
+    for t in [first, *others]:
+        t.join(30)
+    after = parse(_scrape(exp))  # arrives after it: a collection of its own
     exp.close()
-    assert len(results) == 8 and all("system_memory_utilization_ratio" in r for r in results)
-    assert len(calls) < 8, calls
+    assert len(results) == 8 and len(set(results)) == 1, "every scrape got the same result"
+    assert value(parse(results[0]), "system_memory_utilization_ratio") == 1
+    assert len(calls) == 2
+    assert value(after, "system_memory_utilization_ratio") == 2
 
 
 class Partial(Collector):
@@ -216,7 +227,7 @@ class Partial(Collector):
         ]
 
     def collect(self, sink: Sink) -> None:
-        sink.add(c.SYSTEM_MEMORY_UTILIZATION, {}, 0.5)
+        c.SYSTEM_MEMORY_UTILIZATION.emit(sink, 0.5, {})
 
 
 def test_feature_states_per_device_carry_hw_id_and_do_not_fail_the_collector() -> None:

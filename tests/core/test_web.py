@@ -6,8 +6,12 @@ import gzip
 import http.client
 import socket
 import time
+import tomllib
+from importlib.metadata import version
 
-from tests.helpers import exporter
+from packaging.requirements import Requirement
+
+from tests.helpers import REPO, exporter
 
 NO_DEVICES = {"LD_LIBRARY_PATH": "/nonexistent", "GPU_EXPORTER_PATH_SYSFS": "/nonexistent"}
 
@@ -103,6 +107,38 @@ def test_garbled_request_line_gets_400_in_plain_text() -> None:
         assert status == "HTTP/1.1 200 OK" and body == b"ok\n"
 
 
+def test_negotiation_and_name_filter_are_prometheus_clients() -> None:
+    with exporter(env=NO_DEVICES) as exp:
+        # gzip only when the client lists it as a coding, not when the word appears.
+        status, headers, body = _request(exp.port, "GET", "/metrics",
+                                         {"Accept-Encoding": "br, x-nogzip"})
+        assert status == 200 and "Content-Encoding" not in headers
+        assert b"gpu_exporter_build_info" in body
+        status, headers, body = _request(exp.port, "GET", "/metrics",
+                                         {"Accept-Encoding": "br;q=1.0, GZIP;q=0.5"})
+        assert headers["Content-Encoding"] == "gzip"
+        assert int(headers["Content-Length"]) == len(body)
+        assert b"gpu_exporter_build_info" in gzip.decompress(body)
+
+        # name[] keeps only the named series (as Prometheus' federation asks for them).
+        status, _, body = _request(
+            exp.port, "GET",
+            "/metrics?name[]=gpu_exporter_build_info&name[]=gpu_exporter_collector_success")
+        names = {line.split("{")[0] for line in body.decode().splitlines()
+                 if line and not line.startswith("#")}
+        assert status == 200
+        assert names == {"gpu_exporter_build_info", "gpu_exporter_collector_success"}
+
+        # OpenMetrics with a gzip body, and the filter, at once.
+        status, headers, body = _request(
+            exp.port, "GET", "/metrics?name[]=gpu_exporter_build_info",
+            {"Accept": "application/openmetrics-text; version=1.0.0; charset=utf-8",
+             "Accept-Encoding": "gzip"})
+        text = gzip.decompress(body).decode()
+        assert headers["Content-Type"].startswith("application/openmetrics-text")
+        assert text.endswith("# EOF\n") and "gpu_exporter_collector_success" not in text
+
+
 def test_oversized_headers_are_refused_and_server_keeps_serving() -> None:
     with exporter(env=NO_DEVICES) as exp:
         big = {f"X-Pad-{i}": "a" * 1000 for i in range(40)}
@@ -150,3 +186,12 @@ def test_trickling_client_is_cut_off_at_the_header_deadline() -> None:
         assert _request(exp.port, "GET", "/metrics")[0] == 200
         time.sleep(0.5)
         assert _threads(exp.proc.pid) <= before + 1
+
+
+def test_prometheus_client_is_the_tested_release_range() -> None:
+    # Everything /metrics does is prometheus_client's (its WSGI application: encoders,
+    # gzip, name[]); a release outside the tested range is not run unnoticed.
+    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    spec = next(Requirement(d) for d in deps if d.startswith("prometheus-client")).specifier
+    assert any(s.operator == "<" for s in spec), f"no upper bound: {spec}"
+    assert spec.contains(version("prometheus-client")), (version("prometheus-client"), spec)

@@ -12,11 +12,14 @@ import os
 import re
 from pathlib import Path
 
-GOLDEN_DIR = Path(__file__).resolve().parent.parent / "golden" / "nvidia"
+GOLDEN_ROOT = Path(__file__).resolve().parent.parent / "golden"
+GOLDEN_DIR = GOLDEN_ROOT / "nvidia"
 _HOST = re.compile(r'host_name="[^"]*"')
 
 
-def normalise(text: str) -> str:
+def normalise(text: str, keep_collectors: tuple[str, ...] | None = ("nvidia",)) -> str:
+    """`keep_collectors`: whose self-metrics stay (None: every collector's)."""
+    keep = "|".join(keep_collectors) if keep_collectors is not None else "[^\"]*"
     out = []
     for line in text.splitlines():
         if line.startswith("#"):
@@ -27,7 +30,7 @@ def normalise(text: str) -> str:
         if name == "gpu_exporter_build_info":
             continue
         if name.startswith("gpu_exporter_") and not re.search(
-            r'(collector|feature)="nvidia"', line
+            rf'(collector|feature)="({keep})[".]', line
         ):
             continue
         line = _HOST.sub('host_name="HOST"', line)
@@ -37,9 +40,11 @@ def normalise(text: str) -> str:
     return "\n".join(out) + "\n"
 
 
-def check(name: str, text: str) -> None:
-    path = GOLDEN_DIR / f"{name}.prom"
-    got = normalise(text)
+def check(name: str, text: str, normalised: bool = False) -> None:
+    """Compares with tests/golden/nvidia/<name>.prom; a normalised `text` with
+    tests/golden/<name>.prom."""
+    path = GOLDEN_ROOT / f"{name}.prom" if normalised else GOLDEN_DIR / f"{name}.prom"
+    got = text if normalised else normalise(text)
     if os.environ.get("UPDATE_GOLDEN"):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(got)
