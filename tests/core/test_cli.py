@@ -121,6 +121,19 @@ def test_dump_prints_self_metrics_and_resource_labels() -> None:
     promtool_check_metrics(res.stdout)
 
 
+def test_otel_operator_attributes_do_not_stop_the_exporter() -> None:
+    attrs = ("k8s.pod.name=gpu-exporter-x7,k8s.namespace.name=monitoring,"
+             "k8s.container.name=exporter,k8s.node.name=node-7,host.name=node-7")
+    res = run_cli(["dump"], {**NO_DEVICES, "OTEL_RESOURCE_ATTRIBUTES": attrs})
+    assert res.returncode == 0, res.stderr
+    warnings = [line for line in res.stderr.splitlines() if "level=warn" in line]
+    assert len(warnings) == 1 and "k8s.pod.name, k8s.namespace.name, k8s.container.name" \
+        in warnings[0], res.stderr
+    series = parse(res.stdout)
+    assert all(s.labels["host_name"] == "node-7" and s.labels["k8s_node_name"] == "node-7"
+               and s.labels.get("k8s_pod_name") != "gpu-exporter-x7" for s in series)
+
+
 def test_env_var_sets_a_flag() -> None:
     with exporter(env={**NO_DEVICES, "GPU_EXPORTER_WEB_TELEMETRY_PATH": "/m"}) as exp:
         assert exp.get("/m")[0] == 200

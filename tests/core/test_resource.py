@@ -1,7 +1,10 @@
 from __future__ import annotations
 
+import logging
+
 import pytest
 
+from gpu_exporter import catalogue
 from gpu_exporter.resource import resource_labels
 from gpu_exporter.settings import ConfigError
 
@@ -35,11 +38,36 @@ def test_host_name_can_be_overridden() -> None:
         ("team", "expected key=value"),
         ("bad key=1", "invalid OTEL_RESOURCE_ATTRIBUTES key 'bad key'"),
         ("9lives=1", "not starting with a digit"),
-        ("hw.id=x", "label the exporter sets itself"),
-        ("gpu_index=3", "label the exporter sets itself"),
-        ("__name__=x", "label the exporter sets itself"),
+        ("k8s.pod.name=p,=x", "invalid OTEL_RESOURCE_ATTRIBUTES key ''"),
     ],
 )
-def test_invalid_attributes_are_an_error(raw: str, message: str) -> None:
+def test_malformed_attributes_are_an_error(raw: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         resource_labels({"OTEL_RESOURCE_ATTRIBUTES": raw})
+
+
+def test_attributes_naming_the_exporters_own_labels_are_skipped_with_one_warning(
+        caplog: pytest.LogCaptureFixture) -> None:
+    # What the OpenTelemetry Operator injects into a pod it instruments, and more.
+    raw = ("k8s.pod.name=exporter-x7,k8s.namespace.name=monitoring,k8s.container.name=exp,"
+           "k8s.pod.uid=1234,k8s.node.name=node-7,k8s.deployment.name=gpu,hw.id=x,"
+           "gpu_index=3,process.pid=1,__name__=x,host.name=node-7.example")
+    with caplog.at_level(logging.WARNING, logger="gpu_exporter"):
+        labels = resource_labels({"OTEL_RESOURCE_ATTRIBUTES": raw}, hostname="h")
+    assert labels == {"host_name": "node-7.example", "k8s_node_name": "node-7",
+                      "k8s_deployment_name": "gpu"}
+    assert len(caplog.records) == 1, caplog.records
+    message = caplog.records[0].getMessage()
+    for key in ("k8s.pod.name", "k8s.namespace.name", "k8s.container.name", "k8s.pod.uid",
+                "hw.id", "gpu_index", "process.pid", "__name__"):
+        assert key in message, (key, message)
+    assert "k8s.node.name" not in message and "host.name" not in message
+
+
+def test_every_label_of_the_catalogue_is_skipped() -> None:
+    # Derived from the catalogue, not a list here: a new family's label is covered.
+    names = {n for m in catalogue.CATALOGUE for n in m.labels}
+    names.update(catalogue.DEVICE_LABELS, catalogue.PROCESS_LABELS)
+    raw = ",".join(f"{n}=x" for n in sorted(names))
+    assert resource_labels({"OTEL_RESOURCE_ATTRIBUTES": raw}, hostname="h") == {
+        "host_name": "h"}
