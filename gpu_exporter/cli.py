@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -34,6 +35,7 @@ from gpu_exporter.settings import (
     Option,
     Settings,
 )
+from gpu_exporter.webconfig import WebConfig
 
 EXIT_CONFIG, EXIT_LISTEN, EXIT_FAULT = 2, 3, 4
 log = logging.getLogger("gpu_exporter")
@@ -176,19 +178,25 @@ def _start(
     return exporter
 
 
+def _web_config(params: dict[str, Any]) -> WebConfig:
+    from gpu_exporter.webconfig import WebConfig, load_web_config
+
+    if not params["web_config_file"]:
+        return WebConfig()
+    try:
+        return load_web_config(params["web_config_file"])
+    except ConfigError as exc:
+        _fault(EXIT_CONFIG, str(exc))
+        raise  # not reached: _fault exits
+
+
 def serve(params: dict[str, Any]) -> None:
     from http.server import ThreadingHTTPServer
 
     from gpu_exporter.web import ListenError, make_server
-    from gpu_exporter.webconfig import WebConfig, load_web_config
 
-    web_config = WebConfig()
-    if params["web_config_file"]:
-        # Checked before any collector starts: a bad file is a fault, not a half-start.
-        try:
-            web_config = load_web_config(params["web_config_file"])
-        except ConfigError as exc:
-            _fault(EXIT_CONFIG, str(exc))
+    # Checked before any collector starts: a bad file is a fault, not a half-start.
+    web_config = _web_config(params)
     bound: list[ThreadingHTTPServer] = []
 
     def bind(exporter: GpuExporterCollector) -> None:
@@ -238,15 +246,21 @@ def main(ctx: click.Context, /, **params: Any) -> None:
 def _with_flags_before(ctx: click.Context, params: dict[str, Any]) -> dict[str, Any]:
     """Flags given before the command apply to it (`gpu-exporter --collector.ebpf
     doctor`); a flag given on both sides takes the command's own value."""
-    parent = ctx.parent
-    if parent is None:
-        return params
     merged = dict(params)
     for name in params:
-        if (ctx.get_parameter_source(name) is not ParameterSource.COMMANDLINE
-                and parent.get_parameter_source(name) is ParameterSource.COMMANDLINE):
-            merged[name] = parent.params[name]
+        if _source(ctx, name) == "flag before the command":
+            merged[name] = ctx.parent.params[name]  # type: ignore[union-attr]
     return merged
+
+
+def _source(ctx: click.Context, name: str) -> str:
+    if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE:
+        return "flag"
+    if ctx.parent and ctx.parent.get_parameter_source(name) is ParameterSource.COMMANDLINE:
+        return "flag before the command"
+    if ctx.get_parameter_source(name) is ParameterSource.ENVIRONMENT:
+        return "environment"
+    return "default"
 
 
 @main.command("serve")
@@ -283,6 +297,35 @@ def doctor(ctx: click.Context, /, **params: Any) -> None:
         click.echo(doctor_report(exporter.availability()), nl=False)
     finally:
         exporter.close()
+
+
+@main.command()
+@with_options
+@click.pass_context
+def check(ctx: click.Context, /, **params: Any) -> None:
+    """Check the flags, the environment and the web config file as serve would, without
+    starting anything, and print the settings in effect (exit 0; 2 on bad input)."""
+    params = _with_flags_before(ctx, params)
+    logs.configure(params["log_level"], params["log_format"])
+    try:
+        settings = build_settings(params)
+    except ConfigError as exc:
+        _fault(EXIT_CONFIG, str(exc))
+    web_config = _web_config(params)
+    for opt in every_option():
+        name = param_name(opt.name)
+        value = params[name]
+        if opt.is_flag:
+            flag = f"--{opt.name}" if value else f"--no-{opt.name}"
+        else:
+            flag = f"--{opt.name}={shlex.quote(str(value))}"
+        click.echo(f"{flag}  # {_source(ctx, name)}")
+    labels = ", ".join(f'{k}="{v}"' for k, v in settings.resource_labels.items())
+    click.echo(f"resource labels: {labels}")
+    if params["web_config_file"]:
+        click.echo(f"web config: {web_config.source} (tls "
+                   f"{'on' if web_config.tls else 'off'}, basic auth "
+                   f"{'on' if web_config.auth_required else 'off'})")
 
 
 def doctor_report(features: list[Feature]) -> str:

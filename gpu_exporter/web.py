@@ -344,7 +344,8 @@ def make_server(
     try:
         server = _Server((host, port), handler)
     except OSError as exc:
-        raise ListenError(f"cannot listen on {listen_address}: {exc.strerror or exc}") from exc
+        raise ListenError(f"cannot listen on {listen_address} (--web.listen-address): "
+                          f"{exc.strerror or exc}") from exc
     server.tls = tls
     server.head_deadlines = _HeadDeadlines(read_header_timeout)
     server.client_allowed_sans = web_config.tls.client_allowed_sans if web_config.tls else ()
