@@ -156,3 +156,20 @@ def stop_process(proc: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def check_golden(path: Path, got: str, what: str) -> None:
+    """`got` must equal the golden file at `path`, byte for byte; `UPDATE_GOLDEN=1`
+    writes it instead (review the diff). `what` names `got` in the failure."""
+    if os.environ.get("UPDATE_GOLDEN"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(got)
+    assert path.exists(), f"{path} missing: run with UPDATE_GOLDEN=1 to create it"
+    want = path.read_text()
+    if got != want:
+        import difflib
+
+        diff = "".join(difflib.unified_diff(
+            want.splitlines(True), got.splitlines(True), str(path), what, n=1))
+        raise AssertionError(f"{what} differs from {path.name} "
+                             f"(UPDATE_GOLDEN=1 to accept):\n{diff[:6000]}")

@@ -8,8 +8,11 @@ address does not, so the address is the key. Where `cardN/device` is a plain fol
 instead of a link (some captures, some container mounts) the address comes from
 `device/uevent` `PCI_SLOT_NAME=`.
 
-`DeviceTracker` rediscovers on an interval and keeps a card that vanished for a grace
-period (reported as lost, `hw_gpu_up 0`) before dropping it.
+`DeviceTracker` follows the GPUs a collector is meant to read: those bound to its
+drivers, SR-IOV virtual functions left out (a `physfn` link: the physical function is the
+GPU; a VF is read where it is assigned, in its VM). It rediscovers on an interval and
+keeps a card that vanished for a grace period (reported as lost, `hw_gpu_up 0`) before
+dropping it.
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ class PciGpu:
     device_path: Path  # the PCI device folder
     card: str | None  # "card0"; None when no DRM card is bound
     card_path: Path | None  # <sysfs>/class/drm/cardN
+    virtual_function: bool = False  # an SR-IOV VF (it has a `physfn` link)
 
     @property
     def card_number(self) -> int | None:
@@ -156,6 +160,7 @@ def _identify(
         pci_address=address, vendor=vendor, vendor_id=vendor_id, device_id=device_id,
         class_code=class_code, driver=driver or None, device_path=path,
         card=card[0] if card else None, card_path=card[1] if card else None,
+        virtual_function=os.path.islink(device / "physfn"),
     )
 
 
@@ -169,18 +174,19 @@ def _hex(text: str | None) -> int | None:
 
 
 def device_name(vendor_id: int, device_id: int | None) -> str | None:
-    """The device's name from the pci.ids database (Debian package `pci.ids`), e.g.
-    `Navi 21 [Radeon RX 6800/6800 XT / 6900 XT]`; None when unknown."""
+    """The device's name from the pci.ids database (Debian package `pci.ids`; the first
+    of `PCI_IDS_PATHS` that exists), e.g. `Navi 21 [Radeon RX 6800/6800 XT / 6900 XT]`;
+    None when unknown."""
     if device_id is None:
         return None
-    return _pci_ids().get((vendor_id, device_id))
+    return _pci_ids(PCI_IDS_PATHS).get((vendor_id, device_id))
 
 
-@lru_cache(maxsize=1)
-def _pci_ids() -> dict[tuple[int, int], str]:
+@lru_cache(maxsize=2)
+def _pci_ids(paths: tuple[str, ...]) -> dict[tuple[int, int], str]:
     wanted = set(VENDOR_IDS)
     out: dict[tuple[int, int], str] = {}
-    for path in PCI_IDS_PATHS:
+    for path in paths:
         try:
             with open(path, encoding="utf-8", errors="replace") as f:
                 vendor: int | None = None
@@ -211,12 +217,22 @@ class Tracked:
     lost_since: float | None  # monotonic time it was last seen missing; None: present
 
 
+def not_read_because(gpu: PciGpu) -> str:
+    """Why a GPU of a collector's vendor is not one of its cards (see DeviceTracker)."""
+    if gpu.virtual_function:
+        return "an SR-IOV virtual function"
+    return f"bound to {gpu.driver}" if gpu.driver else "no driver bound"
+
+
 class DeviceTracker:
-    """Discovery on an interval, with a grace period for cards that vanish.
+    """The GPUs bound to `drivers` (every driver when None) that are not SR-IOV virtual
+    functions; rediscovered on an interval, with a grace period for cards that vanish.
 
     `devices()` returns every card to report: present ones (`lost_since is None`) and
     those missing for less than `grace_seconds` (report them as down). A card that comes
-    back within the grace period is simply present again."""
+    back within the grace period is simply present again. `others` are the GPUs of the
+    vendors found at the last discovery that are not followed (another driver, none,
+    a VF), for the collector to say why."""
 
     def __init__(
         self,
@@ -225,21 +241,30 @@ class DeviceTracker:
         interval_seconds: float = 30.0,
         grace_seconds: float = 300.0,
         clock: Callable[[], float] = time.monotonic,
+        drivers: Iterable[str] | None = None,
     ) -> None:
         self.sysfs = Path(sysfs)
         self.vendors = frozenset(vendors)
+        self.drivers = None if drivers is None else frozenset(drivers)
         self.interval = interval_seconds
         self.grace = grace_seconds
         self._clock = clock
         self._tracked: dict[str, Tracked] = {}
         self._last: float | None = None
+        self.others: list[PciGpu] = []
+
+    def _wanted(self, gpu: PciGpu) -> bool:
+        return not gpu.virtual_function and (
+            self.drivers is None or gpu.driver in self.drivers)
 
     def refresh(self, force: bool = False) -> None:
         now = self._clock()
         if not force and self._last is not None and now - self._last < self.interval:
             return
         self._last = now
-        seen = discover(self.sysfs, self.vendors)
+        found = discover(self.sysfs, self.vendors)
+        seen = {a: g for a, g in found.items() if self._wanted(g)}
+        self.others = [g for a, g in found.items() if a not in seen]
         tracked: dict[str, Tracked] = {}
         for address, gpu in seen.items():
             tracked[address] = Tracked(gpu, None)

@@ -1,4 +1,4 @@
-"""Safe small reads of sysfs and procfs files, and listings of their numbered entries.
+"""Safe small reads of sysfs and procfs files, and listings of their (numbered) entries.
 
 One open and one read per file (a sysfs attribute, a /proc seq file hands out its whole
 value in the first read), NUL padding and surrounding white space stripped. A file that
@@ -7,20 +7,31 @@ non-blocking, so it never blocks), or cannot be read (permission, EIO/ENODEV fro
 that is going away, EOPNOTSUPP) is *absent*: None. Text that is present but does not
 parse is absent too, and is recorded in `Problems` so that the collector reports it
 (logged once, collector_success 0).
+
+Paths may be `str` (what the readers keep for the files they read every scrape: joining
+strings costs a fraction of building Path objects) or Path.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Generic, TypeVar
+
+from gpu_exporter.records import GpuReading
 
 # sysfs attributes are at most one page; gpu_metrics blobs are a few hundred bytes.
 MAX_READ_BYTES = 8192
 
 _DIGITS = {10: re.compile(r"[0-9]+"), 16: re.compile(r"(?:0[xX])?[0-9a-fA-F]+")}
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
+L = TypeVar("L")
+_VALUE_FIELDS = tuple(f.name for f in fields(GpuReading)
+                      if f.name not in ("identity", "up", "state"))
 
 
 @dataclass
@@ -49,25 +60,36 @@ def read_bytes(path: Path | str, limit: int = MAX_READ_BYTES) -> bytes | None:
         os.close(fd)
 
 
-def read_text(path: Path | str) -> str | None:
-    """The value as text, NUL padding and ASCII white space stripped (what the kernel
-    pads with; other control bytes are content, garbage to parse); None when absent,
-    unreadable or empty."""
+def read_value(path: Path | str) -> bytes | None:
+    """The value's bytes: up to the first NUL, ASCII white space stripped (what the
+    kernel pads with; other control bytes are content, garbage to parse); None when
+    absent, unreadable or empty."""
     raw = read_bytes(path)
     if raw is None:
         return None
-    text = raw.split(b"\0", 1)[0].strip().decode("utf-8", "replace")
-    return text or None
+    return raw.split(b"\0", 1)[0].strip() or None
+
+
+def read_text(path: Path | str) -> str | None:
+    """The value as text (see read_value); None when absent, unreadable or empty."""
+    value = read_value(path)
+    return None if value is None else value.decode("utf-8", "replace")
 
 
 def read_int(path: Path | str, problems: Problems, *, base: int = 10,
              maximum: int = 1 << 64) -> int | None:
     """A non-negative integer no greater than `maximum`; anything else present in the
     file is garbage: None plus a problem."""
-    text = read_text(path)
-    if text is None:
+    value = read_value(path)
+    if value is None:
         return None
-    return parse_int(text, path, problems, base=base, maximum=maximum)
+    # bytes.isdigit() is ASCII digits only: the common case needs no regular expression.
+    if base == 10 and value.isdigit():
+        number = int(value)
+        if number <= maximum:
+            return number
+    return parse_int(value.decode("utf-8", "replace"), path, problems, base=base,
+                     maximum=maximum)
 
 
 def parse_int(text: str, where: Path | str, problems: Problems, *, base: int = 10,
@@ -100,17 +122,61 @@ def read_uevent(path: Path | str) -> dict[str, str]:
     return out
 
 
-def numbered(folder: Path | str, prefix: str, suffix: str = "") -> list[int]:
-    """The N of every `<prefix>N<suffix>` entry of a folder, sorted: temp1_input ...,
-    hwmon0 ..., tile0 ...; [] when the folder cannot be listed."""
+def listing(folder: Path | str) -> frozenset[str]:
+    """The names in a folder; empty when it cannot be listed (absent, not a folder, no
+    permission)."""
     try:
-        names = os.listdir(folder)
+        return frozenset(os.listdir(folder))
     except OSError:
-        return []
-    pattern = re.compile(re.escape(prefix) + r"(\d+)" + re.escape(suffix))
+        return frozenset()
+
+
+def numbered(names: Iterable[str], prefix: str, suffix: str = "") -> list[int]:
+    """The N of every `<prefix>N<suffix>` among `names` (a `listing`), sorted:
+    temp1_input ..., hwmon0 ..., tile0 ..."""
+    pattern = re.compile(re.escape(prefix) + r"([0-9]+)" + re.escape(suffix))
     out = []
     for name in names:
         m = pattern.fullmatch(name)
         if m:
             out.append(int(m.group(1)))
     return sorted(out)
+
+
+def has_values(reading: GpuReading) -> bool:
+    """Whether a reading holds any value: a card none of whose files could be read (its
+    driver answers with errors, its files are gone) did not answer."""
+    for name in _VALUE_FIELDS:
+        value = getattr(reading, name)
+        if value is not None and value != {}:
+            return True
+    return False
+
+
+class Layouts(Generic[L]):
+    """What each card has (which files, which hwmon channels), listed once per card and
+    kept, so that a scrape opens only the value files: rebuilt after `relist_seconds`
+    (files that appear later, a driver reloaded in between) and after `forget` (a read
+    that found the card down)."""
+
+    def __init__(self, relist_seconds: float = 30.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.relist_seconds = relist_seconds
+        self._clock = clock
+        self._kept: dict[str, tuple[float, L]] = {}
+
+    def get(self, key: str, build: Callable[[], L]) -> L:
+        now = self._clock()
+        kept = self._kept.get(key)
+        if kept is None or now - kept[0] >= self.relist_seconds:
+            kept = self._kept[key] = (now, build())
+        return kept[1]
+
+    def forget(self, key: str) -> None:
+        self._kept.pop(key, None)
+
+    def keep_only(self, keys: Iterable[str]) -> None:
+        """Drop the layouts of cards no longer read (unplugged, out of their grace)."""
+        wanted = set(keys)
+        for key in [k for k in self._kept if k not in wanted]:
+            del self._kept[key]

@@ -23,6 +23,10 @@ def ms(seconds: float) -> str:
     return f"{seconds * 1000:.2f} ms"
 
 
+def us(seconds: float) -> str:
+    return f"{seconds * 1e6:.0f} µs"
+
+
 def _scrape_vs_floor(rows: Mapping[str, Any]) -> list[str]:
     out = [
         "| GPUs | NVML delay | series (of which kernel-name) | NVML calls | exporter p50 | "
@@ -134,6 +138,20 @@ def _peer(r: Mapping[str, Any]) -> list[str]:
     ]
 
 
+def _sysfs_readers(rows: Mapping[str, Any]) -> list[str]:
+    out = ["| vendor | cards | files per read | reader p50 | reader p99 | floor p50 | "
+           "floor p99 | ratio p50 | ratio p99 | target p99 ≤ 1.5× | rounds | other load |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in sorted(rows.values(), key=lambda r: r["vendor"]):
+        met = "met" if r["ratio_p99"] <= 1.5 else "**not met**"
+        out.append(
+            f"| {r['vendor']} | {r['cards']} | {r['files']} (+{r['folders']} listed) | "
+            f"{us(r['reader_p50'])} | {us(r['reader_p99'])} | {us(r['floor_p50'])} | "
+            f"{us(r['floor_p99'])} | {r['ratio_p50']:.2f}× | {r['ratio_p99']:.2f}× | {met} | "
+            f"{r['rounds']} | {max(0.0, r.get('other_load_cpus', float('nan'))):.2f} CPU |")
+    return out
+
+
 def _budget(rows: Mapping[str, Any]) -> list[str]:
     out = [
         "| node | GPUs | processes | device series per GPU | process series per process | "
@@ -205,6 +223,13 @@ def _summary(data: Mapping[str, Any]) -> list[str]:
             f"{b['device_series_per_gpu']:.0f} per GPU, {b['series_total']} per node; "
             f"1,000 nodes: {b['fleet_series']:,} series, "
             f"{b['fleet_samples_per_second']:,.0f} samples/s", None)
+    if "sysfs_readers" in data:
+        rows = list(data["sysfs_readers"].values())
+        worst = max(rows, key=lambda r: r["ratio_p99"])
+        row("7", "AMD and Intel readers vs plain open/read of the same files", "≤ 1.5×",
+            ", ".join(f"{r['vendor']} {r['ratio_p99']:.2f}×" for r in
+                      sorted(rows, key=lambda r: r["vendor"])) + " (p99)",
+            worst["ratio_p99"] <= 1.5)
     return out
 
 
@@ -217,11 +242,38 @@ def latest_runs(data: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def render(data: Mapping[str, Any]) -> str:
+def _earlier(block: str) -> dict[str, list[str]]:
+    """The sections of an earlier generated block, by their `### ` title line."""
+    sections: dict[str, list[str]] = {}
+    lines: list[str] | None = None
+    for line in block.splitlines():
+        if line.startswith("### "):
+            lines = sections[line] = []
+        elif lines is not None:
+            lines.append(line)
+    for lines in sections.values():
+        while lines and not lines[-1].strip():
+            lines.pop()
+    return sections
+
+
+def _row_key(row: str) -> tuple[str, str]:
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    return cells[0], cells[1]
+
+
+def render(data: Mapping[str, Any], earlier: str = "") -> str:
+    """The generated block. A benchmark not in `data` (a partial run: `make bench` runs
+    them all, one file alone runs one) keeps its section and summary rows from the
+    `earlier` block, with the date of the run they came from."""
     data = latest_runs(data)
-    parts: list[str] = [BEGIN, "", "### Targets", ""]
-    parts += _summary(data)
-    parts.append("")
+    before = _earlier(earlier)
+    summary = _summary(data)
+    fresh = {_row_key(r) for r in summary[2:]}
+    kept = [r for r in before.get("### Targets", []) if r.startswith("| ")
+            and not r.startswith(("| # ", "|---")) and _row_key(r) not in fresh]
+    rows = sorted(summary[2:] + kept, key=lambda r: _row_key(r)[0])
+    parts: list[str] = [BEGIN, "", "### Targets", "", *summary[:2], *rows, ""]
     sections = [
         ("scrape_vs_floor", "### 1. Scrape cost against the floor",
          "`pytest tests/bench/test_scrape_cost.py --benchmark-only`", _scrape_vs_floor),
@@ -246,8 +298,14 @@ def render(data: Mapping[str, Any]) -> str:
          lambda r: _peer(next(iter(r.values())))),
         ("series_budget", "### 6. Series budget", "`pytest tests/bench/test_series_budget.py "
          "--benchmark-only`", _budget),
+        ("sysfs_readers", "### 7. AMD and Intel readers against plain reads of the same "
+         "files", "`pytest tests/bench/test_sysfs_readers.py --benchmark-only`",
+         _sysfs_readers),
     ]
     for key, title, command, table in sections:
+        if not data.get(key) and before.get(title):
+            parts += [title, *before[title], ""]
+            continue
         parts += [title, "", f"Reproduce: {command} (then `python -m tests.bench.report`).", ""]
         if data.get(key):
             run = next(iter(data[key].values())).get("run", "")
@@ -263,7 +321,8 @@ def render(data: Mapping[str, Any]) -> str:
 def update(doc: Path = DOC, results: Path = RESULTS) -> None:
     data = json.loads(results.read_text())
     text = doc.read_text() if doc.exists() else ""
-    block = render(data)
+    earlier = text.split(BEGIN, 1)[1].split(END, 1)[0] if BEGIN in text else ""
+    block = render(data, earlier)
     if BEGIN in text and END in text:
         head, rest = text.split(BEGIN, 1)
         tail = rest.split(END, 1)[1]

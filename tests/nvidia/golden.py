@@ -7,10 +7,10 @@ the self-metrics of collectors other than nvidia (they change as collectors are 
 
 from __future__ import annotations
 
-import difflib
-import os
 import re
 from pathlib import Path
+
+from tests.helpers import check_golden
 
 GOLDEN_ROOT = Path(__file__).resolve().parent.parent / "golden"
 GOLDEN_DIR = GOLDEN_ROOT / "nvidia"
@@ -44,14 +44,4 @@ def check(name: str, text: str, normalised: bool = False) -> None:
     """Compares with tests/golden/nvidia/<name>.prom; a normalised `text` with
     tests/golden/<name>.prom."""
     path = GOLDEN_ROOT / f"{name}.prom" if normalised else GOLDEN_DIR / f"{name}.prom"
-    got = text if normalised else normalise(text)
-    if os.environ.get("UPDATE_GOLDEN"):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(got)
-    assert path.exists(), f"{path} missing: run with UPDATE_GOLDEN=1 to create it"
-    want = path.read_text()
-    if got != want:
-        diff = "".join(difflib.unified_diff(
-            want.splitlines(True), got.splitlines(True), str(path), "scrape", n=1))
-        raise AssertionError(f"scrape differs from {path.name} "
-                             f"(UPDATE_GOLDEN=1 to accept):\n{diff[:6000]}")
+    check_golden(path, text if normalised else normalise(text), "scrape")

@@ -50,6 +50,18 @@ def raw_text(name: str, relative: str) -> str:
     return raw(name, relative).split(b"\0", 1)[0].decode().strip()
 
 
+# What the PCI core shows of every device (drivers/pci/pci-sysfs.c), with or without a
+# working driver: what stays of a card whose driver lost it.
+PCI_CORE_FILES = frozenset({
+    "ari_enabled", "boot_vga", "broken_parity_status", "class", "config",
+    "consistent_dma_mask_bits", "current_link_speed", "current_link_width",
+    "d3cold_allowed", "device", "dma_mask_bits", "driver_override", "enable", "irq",
+    "link", "local_cpulist", "local_cpus", "max_link_speed", "max_link_width",
+    "modalias", "msi_bus", "numa_node", "power", "power_state", "revision",
+    "subsystem_device", "subsystem_vendor", "uevent", "vendor",
+})
+
+
 @dataclass(frozen=True)
 class Card:
     name: str
@@ -113,6 +125,44 @@ class FakeSysfs:
                    self.root / "bus" / "pci" / "devices" / address)
         return device
 
+    def lose_driver_files(self, address: str) -> None:
+        """The card as its driver leaves it when the GPU is lost (fallen off the bus, a
+        failed reset): still bound (`uevent` DRIVER=), the PCI core's files still there,
+        the driver's own files (hwmon, gpu_busy_percent, ...) and its DRM card gone.
+        `mend_driver_files` puts them back."""
+        card = self.cards[address]
+        stash = self._stash(address)
+        stash.mkdir(parents=True)
+        for entry in card.device.iterdir():
+            if entry.name not in PCI_CORE_FILES:
+                entry.rename(stash / entry.name)
+        for link in (self.root / "class" / "drm").iterdir():
+            if link.name == f"card{card.number}" or link.name.startswith(f"card{card.number}-"):
+                link.rename(stash / f"class-drm-{link.name}")
+
+    def mend_driver_files(self, address: str) -> None:
+        stash = self._stash(address)
+        for entry in stash.iterdir():
+            if entry.name.startswith("class-drm-"):
+                entry.rename(self.root / "class" / "drm" / entry.name[len("class-drm-"):])
+            else:
+                entry.rename(self.cards[address].device / entry.name)
+        stash.rmdir()
+
+    def _stash(self, address: str) -> Path:
+        return self.root.parent / "stash" / address
+
+    def bind(self, address: str, driver: str) -> None:
+        """The card's PCI device bound to another driver (vfio-pci for a VM, ...)."""
+        _rewrite_uevent(self.cards[address].device / "uevent", "DRIVER", driver)
+
+    def add_virtual_function(self, name: str, address: str, number: int, physfn: str
+                             ) -> Card:
+        """An SR-IOV VF of the card at `physfn`: the same driver, a `physfn` link."""
+        card = self.add(name, address, number, connectors=())
+        os.symlink(f"../{physfn}", card.device / "physfn")
+        return card
+
     def remove(self, address: str) -> None:
         """Unplug: the device folder and every link to it disappear."""
         card = self.cards.pop(address)
@@ -124,9 +174,11 @@ class FakeSysfs:
 
 
 def _rewrite_slot(uevent: Path, address: str) -> None:
+    _rewrite_uevent(uevent, "PCI_SLOT_NAME", address)
+
+
+def _rewrite_uevent(uevent: Path, key: str, value: str) -> None:
     text = uevent.read_bytes().split(b"\0", 1)[0].decode()
-    lines = [
-        f"PCI_SLOT_NAME={address}" if line.startswith("PCI_SLOT_NAME=") else line
-        for line in text.splitlines()
-    ]
+    lines = [f"{key}={value}" if line.startswith(f"{key}=") else line
+             for line in text.splitlines()]
     uevent.write_text("\n".join(lines) + "\n")
