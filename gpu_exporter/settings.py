@@ -35,7 +35,8 @@ SCRAPE_TIMEOUT = Option(
     "Seconds a scrape may take; a device that has not answered by then reads hw_gpu_up 0.")
 RETRY_INTERVAL = Option(
     "collector.retry-interval", flagtypes.Seconds(0.1, 86400), 30.0,
-    "Seconds between attempts to start an unavailable collector.")
+    "Seconds between attempts to start an unavailable collector or to read a GPU that "
+    "did not answer.")
 
 
 @dataclass(frozen=True)
