@@ -8,6 +8,7 @@ fault (e.g. a BPF program that does not load).
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import logging
 import os
@@ -158,10 +159,11 @@ def _fault(code: int, message: str) -> None:
 def _start(
     params: dict[str, Any],
     prepare: Callable[[GpuExporterCollector], None] | None = None,
+    check_only: bool = False,
 ) -> GpuExporterCollector:
     logs.configure(params["log_level"], params["log_format"])
     try:
-        settings = build_settings(params)
+        settings = dataclasses.replace(build_settings(params), check_only=check_only)
     except ConfigError as exc:
         _fault(EXIT_CONFIG, str(exc))
     exporter = GpuExporterCollector(settings, REGISTRY)
@@ -292,7 +294,7 @@ def doctor(ctx: click.Context, /, **params: Any) -> None:
     """Tell, collector by collector, what is available and why not."""
     params = _with_flags_before(ctx, params)
     params["log_level"] = "error"
-    exporter = _start(params)
+    exporter = _start(params, check_only=True)
     try:
         click.echo(doctor_report(exporter.availability()), nl=False)
     finally:

@@ -125,3 +125,19 @@ def telemetry_path(text: str) -> str:
     if re.search(r"[\s?#\x00-\x1f\x7f]", text):
         raise ValueError(f"{text!r} is not a path (no spaces, '?' or '#')")
     return text
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One of `values`, exactly."""
+
+    values: tuple[str, ...]
+
+    def __call__(self, text: str) -> str:
+        text = str(text).strip()
+        if text not in self.values:
+            raise ValueError(f"{text!r} is not one of {', '.join(self.values)}")
+        return text
+
+    def __str__(self) -> str:
+        return " | ".join(self.values)

@@ -51,6 +51,9 @@ class Settings:
     # given has its declared default. Each collector declares its own in `options`.
     options: Mapping[str, Any] = field(default_factory=dict)
     retry_interval_seconds: float = RETRY_INTERVAL.default
+    # `doctor`: collectors check what they need and change nothing on the host (the
+    # eBPF collector compiles and loads its program but attaches no probe).
+    check_only: bool = False
 
     def get(self, option: Option[T]) -> T:
         return cast(T, self.options.get(option.name, option.default))

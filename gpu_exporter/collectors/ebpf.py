@@ -11,7 +11,8 @@ from typing import Any, ClassVar, TypeVar
 
 from gpu_exporter import catalogue as c
 from gpu_exporter import flagtypes
-from gpu_exporter.collectors.base import Availability, Collector, CollectorFault, Sink
+from gpu_exporter.collectors.base import Availability, Collector, CollectorFault, Feature, Sink
+from gpu_exporter.ebpf.attach import MECHANISMS
 from gpu_exporter.ebpf.reading import CallHistogram, CudaActivity
 from gpu_exporter.family import Buckets
 from gpu_exporter.settings import Option
@@ -62,7 +63,13 @@ PID_LABEL = Option(
     "Add process_pid to the CUDA activity families (one series per process).", is_flag=True)
 RESCAN_INTERVAL = Option(
     "ebpf.rescan-interval", flagtypes.Seconds(0.1, 3600), 10.0,
-    "Seconds between scans of /proc/*/maps for newly mapped CUDA libraries.")
+    "Seconds between scans of every /proc/*/maps (processes are also scanned when they "
+    "exec or map a file); files no process maps any more are detached after two.")
+ATTACH_MECHANISM = Option(
+    "ebpf.attach-mechanism", flagtypes.Choice(("auto", *MECHANISMS)), "auto",
+    "How probes are attached: uprobe_multi links (Linux 6.6+, detached in bulk), "
+    "perf_event (older kernels, about 0.1 s per probe to detach), or auto: the first the "
+    "kernel has.")
 
 
 class EbpfCollector(Collector):
@@ -71,7 +78,8 @@ class EbpfCollector(Collector):
                            "from uprobes on libcudart/libcuda (root, Linux; also "
                            "OTEL_GPU_EBPF_ENABLED=true).")
     default_enabled: ClassVar[bool] = False
-    options: ClassVar[Sequence[Option[Any]]] = (NAMES_MAX, PID_LABEL, RESCAN_INTERVAL)
+    options: ClassVar[Sequence[Option[Any]]] = (NAMES_MAX, PID_LABEL, RESCAN_INTERVAL,
+                                                ATTACH_MECHANISM)
 
     _engine: Any = None
 
@@ -93,11 +101,14 @@ class EbpfCollector(Collector):
             return Availability.unavailable(problem)
         from gpu_exporter.ebpf.probes import Engine, LoadError
 
+        if self.settings.check_only:
+            return self._check(bcc)
         engine = Engine(
             self.settings.procfs,
             names_max=self.settings.get(NAMES_MAX),
             pid_label=self.settings.get(PID_LABEL),
             rescan_interval=self.settings.get(RESCAN_INTERVAL),
+            mechanism=self.settings.get(ATTACH_MECHANISM),
         )
         try:
             engine.start(bcc)
@@ -105,6 +116,42 @@ class EbpfCollector(Collector):
             raise CollectorFault(str(exc)) from exc
         self._engine = engine
         return Availability.enabled()
+
+    def _check(self, bcc: Any) -> Availability:
+        """`doctor`: everything start() needs, without attaching a probe anywhere."""
+        from gpu_exporter.ebpf.discovery import Scanner
+        from gpu_exporter.ebpf.probes import LoadError, check
+
+        try:
+            mechanism = check(bcc)
+        except LoadError as exc:
+            raise CollectorFault(str(exc)) from exc
+        files = sorted({c.path for c in Scanner(self.settings.procfs).scan().cuda_files.values()})
+        would = (f"would probe {len(files)} CUDA library files: {', '.join(files)}" if files
+                 else "no process maps a CUDA library now")
+        return Availability.enabled(
+            f"program compiles and loads, attaching through {mechanism}; {would}")
+
+    def features(self) -> Sequence[Feature]:
+        if self._engine is None:
+            return ()
+        e = self._engine
+        slow = "attaching through perf_event: each probe takes about 0.1 s to detach"
+        if e.mechanism_problem is None:
+            detach = Availability.enabled(f"{e.mechanism}: probes detached in bulk")
+        elif e.wanted_mechanism == "perf_event":
+            detach = Availability.disabled(f"{slow} (--ebpf.attach-mechanism=perf_event)",
+                                           "--ebpf.attach-mechanism=auto")
+        else:
+            detach = Availability.unavailable(f"{e.mechanism_problem}; {slow}",
+                                              "run Linux 6.6 or newer (uprobe_multi links)")
+        tracking = (Availability.enabled("processes scanned when they exec or map a file")
+                    if e.tracking_problem is None else Availability.unavailable(
+                        f"{e.tracking_problem}: new CUDA files are found by the rescan only, "
+                        "calls made before it are not seen",
+                        "mount tracefs and run with the syscalls tracepoints "
+                        "(CONFIG_FTRACE_SYSCALLS)"))
+        return (Feature("fast_detach", detach), Feature("exec_tracking", tracking))
 
     def collect(self, sink: Sink) -> None:
         if self._engine is None:

@@ -17,6 +17,7 @@ STATS_MAX: Final = 65536  # counters and histogram slots, all processes together
 THREADS_MAX: Final = 16384  # threads inside a probed call at one time
 PROCS_MAX: Final = 8192  # processes with a launch not yet covered by a synchronise
 RINGBUF_PAGES: Final = 64  # 256 KiB of rare events
+PROC_RINGBUF_PAGES: Final = 16  # 64 KiB of 8-byte "look at this process" events
 NAME_LEN: Final = 256  # kernel names read from cuModuleGetFunction & co.
 
 # --- key families (struct skey.fam) ------------------------------------------------------
@@ -76,19 +77,26 @@ EV_NEW_KEY: Final = 1
 EV_HANDLE_NAME: Final = 2  # id = CUfunction/CUkernel, name = its (mangled) name
 EV_HANDLE_ALIAS: Final = 3  # id = CUfunction, target = the CUkernel it came from
 EV_KERNEL_HOST: Final = 4  # id = cudaKernel_t, target = the host function it stands for
+# On the `procs` ring buffer (struct pevent: type, tgid): a process exec'd, or mapped a
+# file executable (the dynamic loader loading a library, dlopen).
+EV_EXEC: Final = 5
+EV_MAPPED: Final = 6
+PROC_EVENT = struct.Struct("<II")
 
 DROP_STATS_FULL: Final = 0
 DROP_THREADS_FULL: Final = 1
 DROP_PENDING_FULL: Final = 2
 DROP_EVENTS_FULL: Final = 3
 DROP_BAD_ARGUMENT: Final = 4
-DROP_REASONS: Final = 5
+DROP_PROC_EVENTS_FULL: Final = 5
+DROP_REASONS: Final = 6
 DROP_NAMES: Final = {
     DROP_STATS_FULL: "stats_map_full",
     DROP_THREADS_FULL: "threads_map_full",
     DROP_PENDING_FULL: "pending_map_full",
     DROP_EVENTS_FULL: "event_buffer_full",
     DROP_BAD_ARGUMENT: "bad_argument",
+    DROP_PROC_EVENTS_FULL: "process_event_buffer_full",
 }
 
 # --- the CUDA ABI on x86-64 (System V) ---------------------------------------------------
@@ -192,6 +200,7 @@ DRIVER_PROBES: Final[tuple[Probe, ...]] = (
 )
 
 ALL_PROBES: Final = RUNTIME_PROBES + DRIVER_PROBES
+BY_SYMBOL: Final = {p.symbol: p for p in ALL_PROBES}
 # A mapped file that defines one of these is probed whatever its name (a runtime linked
 # statically into a binary, a wheel's hashed libcudart-1a2b3c4d.so.12).
 MARKER_SYMBOLS: Final = frozenset({"cudaLaunchKernel", "cuLaunchKernel"})

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from gpu_exporter.ebpf.abi import MARKER_SYMBOLS
-from gpu_exporter.ebpf.elf import ElfError, defines_any, read_symbols
+from gpu_exporter.ebpf.elf import ElfError, ElfFile
 
 FileId = tuple[str, int]  # (device "maj:min" as in maps, inode)
 
@@ -92,53 +92,67 @@ class Candidate:
     open_path: str
 
 
+@dataclass
+class ScanResult:
+    cuda_files: dict[FileId, Candidate]  # CUDA files mapped now, one mapper of each
+    cuda_maps: dict[int, list[Mapping]]  # the maps of each process that maps one
+
+
 class Scanner:
-    """Finds CUDA library files mapped by any process. Remembers which files it has
-    judged (by device and inode) so a rescan only reads the maps."""
+    """Finds CUDA library files mapped by processes: all of them (a rescan) or one
+    process (it exec'd or mapped a file). Remembers which files it has judged (by device
+    and inode), so a rescan only reads the maps."""
 
     def __init__(self, procfs: str) -> None:
         self.procfs = procfs
         self._judged: dict[FileId, bool] = {}
-        # The maps of the processes that map a CUDA library, as of the last scan: kernel
-        # names of a process that exits right after launching are still resolvable.
-        self.cuda_maps: dict[int, list[Mapping]] = {}
+        self._self_pid = os.getpid()
 
-    def scan(self) -> dict[FileId, Candidate]:
-        found: dict[FileId, Candidate] = {}
-        cuda_maps: dict[int, list[Mapping]] = {}
-        self_pid = os.getpid()
+    def is_cuda(self, file: FileId) -> bool:
+        return bool(self._judged.get(file))
+
+    def scan(self, between: Callable[[], None] | None = None) -> ScanResult:
+        """Every process. `between` is called after each process (urgent work that
+        should not wait for the whole scan)."""
+        out = ScanResult({}, {})
         for pid in pids(self.procfs):
-            if pid == self_pid:
+            if pid != self._self_pid:
+                self._scan_into(pid, out)
+            if between is not None:
+                between()
+        return out
+
+    def scan_pid(self, pid: int) -> ScanResult:
+        out = ScanResult({}, {})
+        if pid != self._self_pid:
+            self._scan_into(pid, out)
+        return out
+
+    def _scan_into(self, pid: int, out: ScanResult) -> None:
+        maps = read_maps(self.procfs, pid)
+        for m in maps:
+            if not m.executable:
                 continue
-            maps = read_maps(self.procfs, pid)
-            for m in maps:
-                if not m.executable:
-                    continue
-                if self._judged.get(m.file):
-                    cuda_maps[pid] = maps
-                if m.file in found:
-                    continue
-                verdict = self._judged.get(m.file)
+            verdict = self._judged.get(m.file)
+            if verdict is None:
+                verdict = self._judge(pid, m)
                 if verdict is None:
-                    verdict = self._judge(pid, m)
-                    if verdict is None:
-                        continue  # could not open it now: judge it again next time
-                    self._judged[m.file] = verdict
-                if verdict:
-                    cuda_maps[pid] = maps
-                    found[m.file] = Candidate(m.file, pid, m.path, open_path(self.procfs, pid, m))
-        self.cuda_maps = cuda_maps
-        return found
+                    continue  # could not open it now: judge it again next time
+                self._judged[m.file] = verdict
+            if verdict:
+                out.cuda_maps[pid] = maps
+                if m.file not in out.cuda_files:
+                    out.cuda_files[m.file] = Candidate(m.file, pid, m.path,
+                                                       open_path(self.procfs, pid, m))
 
     def _judge(self, pid: int, m: Mapping) -> bool | None:
         if _NAMED.match(os.path.basename(m.path)):
             return True
         path = open_path(self.procfs, pid, m)
-        if not os.path.exists(path):
-            return None
-        if not defines_any(path, MARKER_SYMBOLS):  # cheap: most files stop here
-            return False
-        try:  # the name may be an import only (a program linked against libcudart)
-            return bool(read_symbols(path, MARKER_SYMBOLS).functions)
+        try:
+            elf = ElfFile.open(path)
         except ElfError:
-            return False
+            return None if not os.path.exists(path) else False
+        # Defined, not only imported: a program linked against libcudart names
+        # cudaLaunchKernel too; a runtime linked in statically defines it.
+        return bool(elf.functions(MARKER_SYMBOLS))

@@ -4,7 +4,9 @@ Enough to find where a CUDA entry point lives in a library (to attach a probe) a
 function holds a code address (to name a kernel from its host stub). Read once per file
 (device, inode) and cached by the caller. Libraries with hundreds of thousands of
 symbols (libtorch_cuda.so) are kept compact: addresses in arrays, names read from the
-memory-mapped file only when one is asked for.
+memory-mapped file only when one is asked for; looking a few names up (is this a CUDA
+runtime? where are its entry points?) reads only the string tables and one column of
+the symbol tables.
 """
 
 from __future__ import annotations
@@ -38,6 +40,103 @@ class Segment:
     filesz: int
 
 
+@dataclass(frozen=True)
+class _SymbolTable:
+    offset: int  # of the symbols in the file
+    size: int
+    entsize: int
+    str_offset: int  # of its string table
+    str_size: int
+
+
+def vaddr_of_offset(segments: Iterable[Segment], file_offset: int) -> int | None:
+    """Where a byte of the file is loaded (relative to the load base)."""
+    for s in segments:
+        if s.offset <= file_offset < s.offset + s.filesz:
+            return file_offset - s.offset + s.vaddr
+    return None
+
+
+def open_file(path: str) -> mmap.mmap:
+    """The file, mapped read-only. The mapping keeps the file readable after the
+    path that opened it (a /proc/<pid>/map_files link) is gone."""
+    try:
+        with open(path, "rb") as f:
+            return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except (OSError, ValueError) as exc:
+        raise ElfError(f"{path}: {exc}") from exc
+
+
+class ElfFile:
+    """Headers of one mapped ELF64 little-endian file; symbols on demand."""
+
+    def __init__(self, m: mmap.mmap) -> None:
+        self._m = m
+        try:
+            self.segments, self._tables = _headers(m)
+        except (ValueError, IndexError, struct.error) as exc:
+            raise ElfError(str(exc)) from exc
+        self._symbols: ElfSymbols | None = None
+
+    @classmethod
+    def open(cls, path: str) -> ElfFile:
+        m = open_file(path)
+        try:
+            return cls(m)
+        except ElfError as exc:
+            m.close()
+            raise ElfError(f"{path}: {exc}") from exc
+
+    def vaddr_of_offset(self, file_offset: int) -> int | None:
+        return vaddr_of_offset(self.segments, file_offset)
+
+    def offset_of_vaddr(self, vaddr: int) -> int | None:
+        """The file offset a uprobe takes for a symbol's address."""
+        for s in self.segments:
+            if s.vaddr <= vaddr < s.vaddr + s.filesz:
+                return vaddr - s.vaddr + s.offset
+        return None
+
+    def functions(self, names: Iterable[str]) -> dict[str, int]:
+        """The functions among `names` that this file defines (not those it only
+        imports), name -> address. Reads the string tables and the name column of the
+        symbol tables only: fast on files with a million symbols."""
+        wanted = {n.encode() for n in names}
+        out: dict[str, int] = {}
+        m = self._m
+        for t in self._tables:
+            at: dict[int, bytes] = {}  # string table offset -> name
+            for name in wanted:
+                needle = b"\0" + name + b"\0"
+                pos = m.find(needle, t.str_offset, t.str_offset + t.str_size)
+                while pos >= 0:
+                    at[pos + 1 - t.str_offset] = name
+                    pos = m.find(needle, pos + 1, t.str_offset + t.str_size)
+            if not at or t.entsize != _SYM.size or t.size % _SYM.size:
+                continue
+            view = memoryview(m)[t.offset:t.offset + t.size]
+            try:
+                name_column = view.cast("I")[0::_SYM.size // 4].tolist()
+            finally:
+                view.release()
+            for i, st_name in enumerate(name_column):
+                if st_name not in at:
+                    continue
+                _, info, _, shndx, value, _ = _SYM.unpack_from(m, t.offset + i * _SYM.size)
+                if shndx != SHN_UNDEF and value and info & 0xF in (STT_FUNC, STT_GNU_IFUNC):
+                    out.setdefault(at[st_name].decode(), value)
+        return out
+
+    def symbols(self) -> ElfSymbols:
+        """Every function symbol, for address lookups (parsed once)."""
+        if self._symbols is None:
+            try:
+                self._symbols = _all_functions(self._m, self.segments, self._tables, False)
+            except (ValueError, IndexError, struct.error) as exc:
+                raise ElfError(str(exc)) from exc
+        return self._symbols
+
+
 class ElfSymbols:
     def __init__(self, m: mmap.mmap, functions: dict[str, int], segments: tuple[Segment, ...],
                  starts: array[int], ends: array[int], names: array[int]) -> None:
@@ -51,10 +150,7 @@ class ElfSymbols:
         return len(self._starts)
 
     def vaddr_of_offset(self, file_offset: int) -> int | None:
-        for s in self.segments:
-            if s.offset <= file_offset < s.offset + s.filesz:
-                return file_offset - s.offset + s.vaddr
-        return None
+        return vaddr_of_offset(self.segments, file_offset)
 
     def function_at(self, vaddr: int) -> str | None:
         """The function whose body holds vaddr (or starts exactly there)."""
@@ -77,22 +173,15 @@ class ElfSymbols:
 def read_symbols(path: str, wanted: Iterable[str] | None = None) -> ElfSymbols:
     """Function symbols of an ELF64 little-endian file; ElfError if it is not one.
     `functions` holds the names in `wanted` (every name when None)."""
-    try:
-        with open(path, "rb") as f:
-            m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    except (OSError, ValueError) as exc:
-        raise ElfError(f"{path}: {exc}") from exc
-    try:
-        return _parse(m, None if wanted is None else {w.encode() for w in wanted})
-    except (ValueError, IndexError, struct.error) as exc:
-        m.close()
-        raise ElfError(f"{path}: {exc}") from exc
-    except ElfError:
-        m.close()
-        raise
+    elf = ElfFile.open(path)
+    if wanted is None:
+        return _all_functions(elf._m, elf.segments, elf._tables, True)
+    syms = elf.symbols()
+    syms.functions = elf.functions(wanted)
+    return syms
 
 
-def _parse(m: mmap.mmap, wanted: set[bytes] | None) -> ElfSymbols:
+def _headers(m: mmap.mmap) -> tuple[tuple[Segment, ...], tuple[_SymbolTable, ...]]:
     if len(m) < _EHDR.size or m[:4] != b"\x7fELF":
         raise ElfError("not an ELF file")
     if m[4] != 2 or m[5] != 1:
@@ -106,43 +195,41 @@ def _parse(m: mmap.mmap, wanted: set[bytes] | None) -> ElfSymbols:
         if p_type == PT_LOAD:
             segments.append(Segment(p_offset, p_vaddr, p_filesz))
     sections = [_SHDR.unpack_from(m, shoff + i * shentsize) for i in range(shnum)]
-    functions: dict[str, int] = {}
-    starts, ends, names = array("Q"), array("Q"), array("Q")
+    tables = []
     for sh in sections:
         sh_type, sh_offset, sh_size, sh_link, sh_entsize = sh[1], sh[4], sh[5], sh[6], sh[9]
         if sh_type not in (SHT_SYMTAB, SHT_DYNSYM) or sh_link >= len(sections):
             continue
         str_off, str_size = sections[sh_link][4], sections[sh_link][5]
-        entsize = sh_entsize or _SYM.size
-        for off in range(sh_offset, sh_offset + sh_size - entsize + 1, entsize):
+        if sh_offset + sh_size > len(m) or str_off + str_size > len(m):
+            raise ElfError("symbol table beyond the end of the file")
+        tables.append(_SymbolTable(sh_offset, sh_size, sh_entsize or _SYM.size, str_off,
+                                   str_size))
+    return tuple(segments), tuple(tables)
+
+
+def _all_functions(m: mmap.mmap, segments: tuple[Segment, ...],
+                   tables: tuple[_SymbolTable, ...], by_name: bool) -> ElfSymbols:
+    functions: dict[str, int] = {}
+    starts, ends, names = array("Q"), array("Q"), array("Q")
+    for t in tables:
+        for off in range(t.offset, t.offset + t.size - t.entsize + 1, t.entsize):
             st_name, st_info, _, st_shndx, st_value, st_size = _SYM.unpack_from(m, off)
             if st_info & 0xF not in (STT_FUNC, STT_GNU_IFUNC) or st_shndx == SHN_UNDEF:
                 continue
-            if st_value == 0 or st_name >= str_size:
+            if st_value == 0 or st_name >= t.str_size:
                 continue
-            name_at = str_off + st_name
+            name_at = t.str_offset + st_name
             starts.append(st_value)
             ends.append(st_value + st_size)
             names.append(name_at)
-            if wanted is None or wanted:
-                end = m.find(b"\0", name_at, str_off + str_size)
-                raw = m[name_at:end if end >= 0 else str_off + str_size]
-                if wanted is None or raw in wanted:
-                    functions.setdefault(raw.decode("utf-8", "replace"), st_value)
+            if not by_name:
+                continue
+            end = m.find(b"\0", name_at, t.str_offset + t.str_size)
+            raw = m[name_at:end if end >= 0 else t.str_offset + t.str_size]
+            functions.setdefault(raw.decode("utf-8", "replace"), st_value)
     order = sorted(range(len(starts)), key=starts.__getitem__)
     return ElfSymbols(
-        m, functions, tuple(segments), array("Q", (starts[i] for i in order)),
+        m, functions, segments, array("Q", (starts[i] for i in order)),
         array("Q", (ends[i] for i in order)), array("Q", (names[i] for i in order)),
     )
-
-
-def defines_any(path: str, names: frozenset[str]) -> bool:
-    """Cheap test: does the file's string data hold one of these symbol names at all?
-    (A prefilter before a full read_symbols of a big binary.)"""
-    try:
-        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-            if m[:4] != b"\x7fELF":
-                return False
-            return any(m.find(b"\0" + n.encode() + b"\0") >= 0 for n in names)
-    except (OSError, ValueError):
-        return False

@@ -11,17 +11,19 @@ import contextlib
 import ctypes
 import logging
 import os
+import re
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-from gpu_exporter.ebpf import abi
+from gpu_exporter.ebpf import abi, attach
 from gpu_exporter.ebpf.discovery import Candidate, FileId, Scanner
-from gpu_exporter.ebpf.elf import ElfError, read_symbols
+from gpu_exporter.ebpf.elf import ElfError, ElfFile
 from gpu_exporter.ebpf.names import OTHER, NameCap
 from gpu_exporter.ebpf.reading import (
     BLOCK_BOUNDS_LOG2,
@@ -39,6 +41,22 @@ from gpu_exporter.ebpf.resolve import Resolver
 log = logging.getLogger("gpu_exporter.ebpf")
 
 _POLL_MS = 100
+# A file no process maps any more is detached when this many rescans in a row have not
+# found it: within two rescans of its last process exiting.
+DETACH_AFTER_MISSES = 2
+TRACEFS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
+# (category, event, program, {format field: the -D name of its offset})
+TRACEPOINTS: tuple[tuple[str, str, str, dict[str, str]], ...] = (
+    ("sched", "sched_process_exec", "on_exec", {}),
+    ("syscalls", "sys_enter_mmap", "on_mmap",
+     {"prot": "TP_MMAP_PROT_OFF", "flags": "TP_MMAP_FLAGS_OFF", "fd": "TP_MMAP_FD_OFF"}),
+    ("syscalls", "sys_exit_mmap", "on_mmapped", {"ret": "TP_MMAP_RET_OFF"}),
+)
+# The offsets of those fields on x86-64 (syscall records: 8 bytes of common fields, the
+# syscall number, then one 8-byte slot per argument), used when tracefs is not readable.
+DEFAULT_TRACEPOINT_OFFSETS = {"TP_MMAP_PROT_OFF": 32, "TP_MMAP_FLAGS_OFF": 40,
+                              "TP_MMAP_FD_OFF": 48, "TP_MMAP_RET_OFF": 16}
+_FIELD = re.compile(r"field:[^;]*?\b(\w+)(?:\[\d*\])?;\s*offset:(\d+);")
 
 
 def _int(x: Any) -> int:
@@ -54,11 +72,79 @@ def program_text() -> str:
     return resources.files("gpu_exporter.ebpf").joinpath("program.c").read_text()
 
 
-def load_bpf(bcc: Any) -> Any:
+def tracefs() -> str | None:
+    for root in TRACEFS:
+        if os.path.isdir(f"{root}/events"):
+            return root
+    return None
+
+
+def tracepoint_offsets() -> tuple[dict[str, int], str | None]:
+    """The record offsets the tracepoint programs read, from tracefs' format files; and
+    why exec/mmap tracking cannot work here, if it cannot."""
+    offsets = dict(DEFAULT_TRACEPOINT_OFFSETS)
+    root = tracefs()
+    if root is None:
+        return offsets, "tracefs is not mounted (mount -t tracefs nodev /sys/kernel/tracing)"
+    for category, event, _, fields in TRACEPOINTS:
+        try:
+            with open(f"{root}/events/{category}/{event}/format") as f:
+                found = {m.group(1): int(m.group(2)) for m in _FIELD.finditer(f.read())}
+        except OSError as exc:
+            return offsets, f"tracepoint {category}:{event} not readable: {exc}"
+        for name, define in fields.items():
+            if name not in found:
+                return offsets, f"tracepoint {category}:{event} has no field {name}"
+            offsets[define] = found[name]
+    return offsets, None
+
+
+def load_bpf(bcc: Any, offsets: dict[str, int] | None = None) -> Any:
+    flags = abi.defines() + [f"-D{k}={v}" for k, v in
+                             sorted((offsets or DEFAULT_TRACEPOINT_OFFSETS).items())]
     try:
-        return bcc.BPF(text=program_text().encode(), cflags=abi.defines())
+        bpf = bcc.BPF(text=program_text().encode(), cflags=flags)
     except Exception as exc:
         raise LoadError(f"BPF program failed to compile or load: {exc}") from exc
+    # LLVM leaves tens of MB of freed heap behind; give it back.
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None).malloc_trim(0)
+    return bpf
+
+
+def uprobe_programs() -> list[str]:
+    return sorted({p.program for p in abi.ALL_PROBES} | {"rt_ret", "drv_ret"})
+
+
+def choose_mechanism(wanted: str) -> tuple[str, str | None]:
+    """The attach mechanism to use, and why the better one is not used, if it is not."""
+    if wanted == attach.PERF_EVENT:
+        return attach.PERF_EVENT, "perf_event chosen by --ebpf.attach-mechanism"
+    problem = attach.uprobe_multi_supported()
+    if problem is None:
+        return attach.UPROBE_MULTI, None
+    if wanted == attach.UPROBE_MULTI:
+        raise LoadError(f"--ebpf.attach-mechanism=uprobe_multi: {problem}")
+    return attach.PERF_EVENT, problem
+
+
+def check(bcc: Any) -> str:
+    """What `doctor` does instead of start(): compile the program, load every program
+    into the kernel (the verifier runs), attach nothing. Raises LoadError."""
+    offsets, _ = tracepoint_offsets()
+    bpf = load_bpf(bcc, offsets)
+    try:
+        name, _ = choose_mechanism("auto")
+        mech = attach.mechanism(name, bpf, bcc)
+        try:
+            mech.load(uprobe_programs())
+            for _, _, program, _ in TRACEPOINTS:
+                bpf.load_func(program.encode(), bcc.BPF.TRACEPOINT)
+        except Exception as exc:
+            raise LoadError(f"BPF program failed to load: {exc}") from exc
+        return name
+    finally:
+        bpf.cleanup()
 
 
 @dataclass
@@ -68,54 +154,113 @@ class _Totals:
     values: dict[tuple[int, CallKey, int], int] = field(default_factory=lambda: defaultdict(int))
 
 
+@dataclass
+class _File:
+    """A library file with probes."""
+
+    file: FileId
+    path: str  # as the first process seen mapping it saw it
+    attachment: attach.Attachment
+    misses: int = 0  # rescans in a row that found no process mapping it
+
+
 class Engine:
     def __init__(self, procfs: str, names_max: int, pid_label: bool,
-                 rescan_interval: float) -> None:
+                 rescan_interval: float, mechanism: str = "auto") -> None:
         self.procfs = procfs
         self.pid_label = pid_label
         self.rescan_interval = rescan_interval
+        self.wanted_mechanism = mechanism
         self.resolver = Resolver(procfs, NameCap(names_max))
         self.scanner = Scanner(procfs)
         self._bpf: Any = None
-        self._attached: dict[FileId, str] = {}
+        self._mech: attach.Mechanism | None = None
+        self.mechanism_problem: str | None = None  # why uprobe_multi is not used
+        self.tracking_problem: str | None = None  # why exec/mmap tracking is off
+        self._tracepoint_fds: list[int] = []
+        self._files: dict[FileId, _File] = {}
         self._failed: set[FileId] = set()
+        self._files_lock = threading.Lock()
+        self._detaching: dict[FileId, Future[None]] = {}
+        self._detacher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ebpf-detach")
+        self._to_scan: set[int] = set()
         self._retired = _Totals()
         self._read_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
+    @property
+    def mechanism(self) -> str:
+        return self._mech.name if self._mech is not None else ""
+
     # -- life cycle ------------------------------------------------------------------
     def start(self, bcc: Any) -> None:
-        self._bpf = load_bpf(bcc)
-        for name in {p.program for p in abi.ALL_PROBES} | {"rt_ret", "drv_ret"}:
+        offsets, self.tracking_problem = tracepoint_offsets()
+        self._bpf = load_bpf(bcc, offsets)
+        try:
+            name, self.mechanism_problem = choose_mechanism(self.wanted_mechanism)
+            self._mech = attach.mechanism(name, self._bpf, bcc)
             try:
-                self._bpf.load_func(name.encode(), bcc.BPF.KPROBE)
+                self._mech.load(uprobe_programs())
             except Exception as exc:
-                self.close()
-                raise LoadError(f"BPF program {name} failed to load: {exc}") from exc
-        self._bpf["events"].open_ring_buffer(self._on_event)
+                raise LoadError(f"BPF program failed to load: {exc}") from exc
+            self._bpf["events"].open_ring_buffer(self._on_event)
+            self._bpf["procs"].open_ring_buffer(self._on_proc_event)
+            if self.tracking_problem is None:
+                self._attach_tracepoints(bcc)
+        except BaseException:
+            self.close()
+            raise
+        log.info("eBPF probes attach through %s%s", name,
+                 f" ({self.mechanism_problem})" if self.mechanism_problem else "")
         self.rescan()
         self._thread = threading.Thread(target=self._run, name="ebpf-events", daemon=True)
         self._thread.start()
+
+    def _attach_tracepoints(self, bcc: Any) -> None:
+        from bcc.libbcc import lib
+
+        for category, event, program, _ in TRACEPOINTS:
+            try:
+                fd = self._bpf.load_func(program.encode(), bcc.BPF.TRACEPOINT).fd
+            except Exception as exc:
+                raise LoadError(f"BPF program {program} failed to load: {exc}") from exc
+            tp = lib.bpf_attach_tracepoint(fd, category.encode(), event.encode())
+            if tp < 0:
+                self.tracking_problem = f"cannot attach to tracepoint {category}:{event}"
+                return
+            self._tracepoint_fds.append(tp)
 
     def close(self) -> None:
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(30)  # a poll is 0.1 s; an attach stops at the next probe
-        if self._bpf is not None:
-            try:
-                probes = len(self._bpf.uprobe_fds)
-                self._bpf.cleanup()  # detaches every uprobe, removes its uprobe_events entry
-                log.info("detached %d eBPF probes", probes)
-            except Exception:
-                log.exception("detaching eBPF probes")
-            self._bpf = None
+        self._detacher.shutdown(wait=True)
+        if self._bpf is None:
+            return
+        started = time.monotonic()
+        with self._files_lock:
+            files, self._files = list(self._files.values()), {}
+        probes = sum(f.attachment.probes for f in files)
+        try:
+            if self._mech is not None:
+                self._mech.detach(f.attachment for f in files)
+            attach.close_all(self._tracepoint_fds, os.close)
+            self._tracepoint_fds = []
+            self._bpf.cleanup()
+            log.info("detached %d eBPF probes from %d files in %.1f s", probes, len(files),
+                     time.monotonic() - started)
+        except Exception:
+            log.exception("detaching eBPF probes")
+        self._bpf = None
 
     def _run(self) -> None:
         next_scan = time.monotonic() + self.rescan_interval
         while not self._stop.is_set():
             try:
-                self._bpf.ring_buffer_poll(_POLL_MS)
+                wait = min(_POLL_MS, max(0, int((next_scan - time.monotonic()) * 1000)))
+                self._bpf.ring_buffer_poll(wait)
+                self._scan_asked()
                 if time.monotonic() >= next_scan:
                     self.rescan()
                     next_scan = time.monotonic() + self.rescan_interval
@@ -130,49 +275,119 @@ class Engine:
             log.exception("eBPF event")
         return 0
 
+    def _on_proc_event(self, _ctx: Any, data: Any, size: int) -> int:
+        _, tgid = abi.PROC_EVENT.unpack(ctypes.string_at(data, abi.PROC_EVENT.size))
+        self._to_scan.add(tgid)
+        return 0
+
     # -- attaching ---------------------------------------------------------------------
+    def _scan_asked(self) -> None:
+        """The processes that exec'd or mapped a file since the last look: their new
+        CUDA files are probed now; then the launches they made are named."""
+        while self._to_scan and not self._stop.is_set():
+            pid = self._to_scan.pop()
+            found = self.scanner.scan_pid(pid)
+            for p, maps in found.cuda_maps.items():
+                self.resolver.remember(p, maps)
+            self._attach_new(found.cuda_files.values())
+        self.resolver.name_new_keys()
+
+    def _between_pids(self) -> None:
+        if self._to_scan and self._bpf is not None:
+            self._scan_asked()
+
     def rescan(self) -> None:
-        found = self.scanner.scan()
-        self.resolver.known_maps = self.scanner.cuda_maps
-        for file, cand in found.items():
-            if file in self._attached or file in self._failed:
+        """Every process: probe new files, detach the files nobody maps any more."""
+        if self._bpf is not None and self._thread is threading.current_thread():
+            self._bpf.ring_buffer_consume()
+        found = self.scanner.scan(between=self._between_pids)
+        for pid, maps in found.cuda_maps.items():
+            self.resolver.remember(pid, maps)
+        self._attach_new(found.cuda_files.values())
+        self._detach_unmapped(set(found.cuda_files))
+        self.resolver.prune(lambda pid: os.path.exists(f"{self.procfs}/{pid}"))
+        self.resolver.name_new_keys()
+
+    def _attach_new(self, cands: Iterable[Candidate]) -> None:
+        for cand in cands:
+            with self._files_lock:
+                known = self._files.get(cand.file)
+                if known is not None:
+                    known.misses = 0
+                    continue
+                leaving = self._detaching.get(cand.file)
+            if cand.file in self._failed or self._stop.is_set():
                 continue
+            if leaving is not None:
+                leaving.result()  # mapped again while its old probes go: never both at once
             self._attach(cand)
 
     def _attach(self, cand: Candidate) -> None:
+        assert self._mech is not None
         try:
-            syms = read_symbols(cand.open_path, (p.symbol for p in abi.ALL_PROBES))
+            elf = ElfFile.open(cand.open_path)
+            points = []
+            for probe_symbol, address in elf.functions(p.symbol for p in abi.ALL_PROBES).items():
+                probe = abi.BY_SYMBOL[probe_symbol]
+                offset = elf.offset_of_vaddr(address)
+                if offset is None:
+                    continue
+                points.append(attach.Point(offset, probe.program, False))
+                if probe.returns:
+                    points.append(attach.Point(offset, probe.returns, True))
         except ElfError as exc:
             log.warning("cannot read symbols of %s (pid %d): %s", cand.path, cand.pid, exc)
             self._failed.add(cand.file)
             return
-        count = 0
+        if not points:
+            self._failed.add(cand.file)
+            return
         try:
-            for probe in abi.ALL_PROBES:
-                addr = syms.functions.get(probe.symbol)
-                if addr is None:
-                    continue
-                if self._stop.is_set():
-                    return  # shutting down: close() detaches what is attached
-                path = cand.open_path.encode()
-                self._bpf.attach_uprobe(name=path, addr=addr, fn_name=probe.program.encode())
-                if probe.returns:
-                    self._bpf.attach_uretprobe(name=path, addr=addr,
-                                               fn_name=probe.returns.encode())
-                count += 1
-        except Exception as exc:
+            attachment = self._mech.attach(cand.open_path, points)
+        except attach.AttachError as exc:
             log.warning("cannot attach probes to %s (pid %d): %s", cand.path, cand.pid, exc)
             self._failed.add(cand.file)
             return
-        if count:
-            self._attached[cand.file] = cand.path
-            log.info("attached %d probes to %s (pid %d)", count, cand.path, cand.pid)
-        else:
-            self._failed.add(cand.file)
+        with self._files_lock:
+            self._files[cand.file] = _File(cand.file, cand.path, attachment)
+        log.info("attached %d probes to %s (pid %d)", attachment.probes, cand.path, cand.pid)
+
+    def _detach_unmapped(self, mapped: set[FileId]) -> None:
+        gone: list[_File] = []
+        with self._files_lock:
+            for file_id, f in list(self._files.items()):
+                if file_id in mapped:
+                    f.misses = 0
+                    continue
+                f.misses += 1
+                if f.misses >= DETACH_AFTER_MISSES:
+                    gone.append(self._files.pop(file_id))
+            if not gone:
+                return
+            job = self._detacher.submit(self._detach, gone)
+            for file_id in {f.file for f in gone}:
+                self._detaching[file_id] = job
+
+    def _detach(self, gone: list[_File]) -> None:
+        """In the background: closing links waits for the kernel (tens of ms), and new
+        processes should not wait for that to be probed."""
+        assert self._mech is not None
+        try:
+            self._mech.detach(f.attachment for f in gone)
+            for f in gone:
+                log.info("detached %d probes from %s (no process maps it)",
+                         f.attachment.probes, f.path)
+        except Exception:
+            log.exception("detaching eBPF probes")
+        finally:
+            with self._files_lock:
+                for f in gone:
+                    self._detaching.pop(f.file, None)
 
     @property
     def attached_libraries(self) -> list[str]:
-        return sorted(set(tuple(self._attached.values())))
+        with self._files_lock:
+            return sorted({f.path for f in self._files.values()})
 
     # -- reading ---------------------------------------------------------------------
     def _entries(self, name: str) -> list[tuple[Any, Any]]:

@@ -522,3 +522,62 @@ int drv_kernel_function(struct pt_regs *ctx) {
     drv_enter(OP_KERNEL_FUNCTION, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), 0);
     return 0;
 }
+
+// --- processes that exec or map a file executable: scan them now ------------------
+// A new library file is probed within milliseconds of being mapped, not at the next
+// rescan. Tracepoint records are read at the offsets of their format files
+// (TP_*_OFF, found by the loader in tracefs).
+struct pevent {
+    u32 type;
+    u32 tgid;
+};
+BPF_RINGBUF_OUTPUT(procs, PROC_RINGBUF_PAGES);
+BPF_HASH(mmapping, u64, u8, THREADS_MAX);
+
+static __always_inline void proc_event(u32 type) {
+    struct pevent *e = procs.ringbuf_reserve(sizeof(struct pevent));
+    if (!e) {
+        drop(DROP_PROC_EVENTS_FULL);
+        return;
+    }
+    e->type = type;
+    e->tgid = bpf_get_current_pid_tgid() >> 32;
+    procs.ringbuf_submit(e, 0);
+}
+
+// sched:sched_process_exec: the new program and its interpreter are mapped.
+int on_exec(void *ctx) {
+    proc_event(EV_EXEC);
+    return 0;
+}
+
+#define PROT_EXEC_BIT 0x4
+#define MAP_ANONYMOUS_BIT 0x20
+
+// syscalls:sys_enter_mmap: remember the threads mapping a file executable...
+int on_mmap(void *ctx) {
+    u64 prot = 0, flags = 0, fd = 0;
+    bpf_probe_read_kernel(&prot, sizeof(prot), (char *)ctx + TP_MMAP_PROT_OFF);
+    bpf_probe_read_kernel(&flags, sizeof(flags), (char *)ctx + TP_MMAP_FLAGS_OFF);
+    bpf_probe_read_kernel(&fd, sizeof(fd), (char *)ctx + TP_MMAP_FD_OFF);
+    if (!(prot & PROT_EXEC_BIT) || (flags & MAP_ANONYMOUS_BIT) || (int)fd < 0)
+        return 0;
+    u64 pt = bpf_get_current_pid_tgid();
+    u8 one = 1;
+    mmapping.update(&pt, &one);
+    return 0;
+}
+
+// ...syscalls:sys_exit_mmap: and tell user space once the mapping exists.
+int on_mmapped(void *ctx) {
+    u64 pt = bpf_get_current_pid_tgid();
+    if (!mmapping.lookup(&pt))
+        return 0;
+    mmapping.delete(&pt);
+    s64 ret = 0;
+    bpf_probe_read_kernel(&ret, sizeof(ret), (char *)ctx + TP_MMAP_RET_OFF);
+    if (ret < 0 && ret > -4096)
+        return 0;
+    proc_event(EV_MAPPED);
+    return 0;
+}

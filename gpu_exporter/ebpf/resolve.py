@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from typing import Final
 
 from gpu_exporter.ebpf import abi
 from gpu_exporter.ebpf.discovery import FileId, Mapping, open_path, read_maps
-from gpu_exporter.ebpf.elf import ElfError, ElfSymbols, read_symbols
+from gpu_exporter.ebpf.elf import ElfError, ElfFile, ElfSymbols
 from gpu_exporter.ebpf.names import UNKNOWN, NameCap, kernel_name
 
 Handle = tuple[int, int]  # (tgid, handle value)
@@ -18,20 +19,54 @@ _ALIAS_DEPTH: Final = 4
 
 
 class Resolver:
-    def __init__(self, procfs: str, cap: NameCap,
-                 known_maps: dict[int, list[Mapping]] | None = None) -> None:
+    def __init__(self, procfs: str, cap: NameCap) -> None:
         self.procfs = procfs
         self.cap = cap
-        # Maps read by the library scan: used when the process has exited since.
-        self.known_maps: dict[int, list[Mapping]] = known_maps or {}
         self._lock = threading.RLock()
-        self._elf: dict[FileId, ElfSymbols | None] = {}
+        # The files processes map, by identity, opened while a process mapped them: a
+        # kernel is named from its file even after the process has exited.
+        self._files: dict[FileId, ElfFile | None] = {}
+        # The last maps seen of each process that maps a CUDA library.
         self._maps: dict[int, list[Mapping]] = {}
+        self._dead: set[int] = set()  # processes found gone by one rescan
         self._exe: dict[int, str] = {}
         self._handle_names: dict[Handle, str] = {}
         self._aliases: dict[Handle, int] = {}  # CUfunction -> the CUkernel it came from
         self._kernel_host: dict[Handle, int] = {}  # cudaKernel_t -> its host stub
         self._labels: dict[tuple[int, int, int], str] = {}
+        self._unnamed: list[tuple[int, int, int]] = []  # launch keys to name
+
+    # -- what the scans saw -------------------------------------------------------------
+    def remember(self, pid: int, maps: list[Mapping]) -> None:
+        """A CUDA process's maps: its executable files are opened now, while they can be."""
+        with self._lock:
+            self._maps[pid] = maps
+            self._dead.discard(pid)
+            for m in maps:
+                if m.executable and m.file not in self._files:
+                    self._files[m.file] = self._open(pid, m)
+
+    def prune(self, alive: Callable[[int], bool]) -> None:
+        """After a rescan: forget the maps of processes gone since the previous one (their
+        launches have long been named), then the files no process still maps."""
+        with self._lock:
+            for pid in list(self._maps):
+                if alive(pid):
+                    self._dead.discard(pid)
+                elif pid in self._dead:
+                    del self._maps[pid]
+                    self._dead.discard(pid)
+                else:
+                    self._dead.add(pid)
+            used = {m.file for maps in self._maps.values() for m in maps}
+            for file in [f for f in self._files if f not in used]:
+                del self._files[file]
+
+    def _open(self, pid: int, m: Mapping) -> ElfFile | None:
+        try:
+            return ElfFile.open(open_path(self.procfs, pid, m))
+        except ElfError:
+            return None
 
     # -- ring buffer events (the poll thread) -----------------------------------------
     def on_event(self, data: bytes) -> None:
@@ -40,7 +75,9 @@ class Resolver:
             if etype == abi.EV_NEW_KEY:
                 self.executable(tgid, comm.split(b"\0", 1)[0].decode("utf-8", "replace"))
                 if fam == abi.FAM_LAUNCH:
-                    self.kernel_label(tgid, sub, ident)
+                    # Named after the scans this event may have asked for (a process
+                    # that exec'd or mapped a library) have seen its maps.
+                    self._unnamed.append((tgid, sub, ident))
             elif etype == abi.EV_HANDLE_NAME:
                 raw = data[abi.EVENT_HEAD.size:abi.EVENT_HEAD.size + abi.NAME_LEN]
                 name = raw.split(b"\0", 1)[0].decode("utf-8", "replace")
@@ -50,6 +87,12 @@ class Resolver:
                 self._aliases[(tgid, ident)] = target
             elif etype == abi.EV_KERNEL_HOST:
                 self._kernel_host[(tgid, ident)] = target
+
+    def name_new_keys(self) -> None:
+        with self._lock:
+            for tgid, api, ident in self._unnamed:
+                self.kernel_label(tgid, api, ident)
+            self._unnamed.clear()
 
     # -- names --------------------------------------------------------------------------
     def executable(self, tgid: int, comm: str | None = None) -> str:
@@ -107,28 +150,33 @@ class Resolver:
 
     def _mapping(self, tgid: int, address: int) -> Mapping | None:
         for fresh in (False, True):
-            if fresh or tgid not in self._maps:
-                maps = read_maps(self.procfs, tgid) or self.known_maps.get(tgid, [])
+            if fresh:
+                maps = read_maps(self.procfs, tgid)
                 if not maps:
                     break
-                self._maps[tgid] = maps
+                self.remember(tgid, maps)
             for m in self._maps.get(tgid, ()):
                 if m.start <= address < m.end:
                     return m
         return None
 
     def _elf_of(self, tgid: int, m: Mapping) -> ElfSymbols | None:
-        if m.file not in self._elf:
-            try:
-                self._elf[m.file] = read_symbols(open_path(self.procfs, tgid, m), ())
-            except ElfError:
-                self._elf[m.file] = None
-        return self._elf[m.file]
+        if m.file not in self._files:
+            self._files[m.file] = self._open(tgid, m)
+        elf = self._files[m.file]
+        if elf is None:
+            return None
+        try:
+            return elf.symbols()
+        except ElfError:
+            self._files[m.file] = None
+            return None
 
     def forget(self, tgid: int) -> None:
         """A process is gone and its counts are folded: drop what was kept for it."""
         with self._lock:
             self._maps.pop(tgid, None)
+            self._dead.discard(tgid)
             self._exe.pop(tgid, None)
             for d in (self._handle_names, self._aliases, self._kernel_host):
                 for k in [k for k in d if k[0] == tgid]:

@@ -160,6 +160,9 @@ def test_base_daemonset_is_least_privilege() -> None:
     assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
 
 
+EBPF_STOP_SECONDS = 60
+
+
 def test_ebpf_overlay_adds_exactly_what_ebpf_needs() -> None:
     base, ebpf = daemonset("base"), daemonset("overlays/ebpf")
     pod = ebpf["spec"]["template"]["spec"]
@@ -171,6 +174,9 @@ def test_ebpf_overlay_adds_exactly_what_ebpf_needs() -> None:
     assert {"name": "GPU_EXPORTER_COLLECTOR_EBPF", "value": "true"} in c["env"]
     mounts = {m["mountPath"] for m in c["volumeMounts"]}
     assert {"/sys/kernel/tracing", "/lib/modules", "/usr/src"} <= mounts
+    # Detaching probes at SIGTERM: Kubernetes' default 30 s is too short on kernels
+    # before 6.6 (about 0.1 s per probe).
+    assert pod["terminationGracePeriodSeconds"] == EBPF_STOP_SECONDS
     # Everything else is the base's.
     assert ebpf["metadata"]["namespace"] == base["metadata"]["namespace"] == "gpu-exporter"
     assert pod["affinity"] == base["spec"]["template"]["spec"]["affinity"]

@@ -49,6 +49,7 @@ def build_into(out: Path) -> Build:
         [gcc, "-O0", "-o", "launch_loop", str(CSRC / "launch_loop.c"), "-L.", "-lcudart",
          "-lcuda", rpath],
         [gcc, "-O0", "-o", "offsets", str(CSRC / "offsets.c")],
+        [gcc, "-O0", "-o", "dlopen_driver", str(CSRC / "dlopen_driver.c"), "-ldl"],
     ]
     for cmd in steps:
         res = subprocess.run(cmd, cwd=out, capture_output=True, text=True, timeout=120)
@@ -59,6 +60,38 @@ def build_into(out: Path) -> Build:
 @pytest.fixture(scope="session")
 def cuda_build(tmp_path_factory: pytest.TempPathFactory) -> Build:
     return build_into(tmp_path_factory.mktemp("cuda-fake"))
+
+
+def fresh_copy(build: Build, into: Path, programs: Sequence[str] = ("workload",)) -> Path:
+    """The libraries and programs copied into a new folder: new files (inodes) that no
+    probe has seen, as a new container image or a new install brings."""
+    into.mkdir(parents=True, exist_ok=True)
+    for name in ("libcuda.so.1", "libcudart.so.12", *programs):
+        shutil.copy2(build.dir / name, into / name)
+    return into
+
+
+def probe_address(pid: int, file: str, symbol: str) -> int:
+    """Where `symbol` of `file` is in the memory of process `pid`."""
+    from gpu_exporter.ebpf.discovery import read_maps
+    from gpu_exporter.ebpf.elf import ElfFile
+
+    elf = ElfFile.open(file)
+    offset = elf.offset_of_vaddr(elf.functions([symbol])[symbol])
+    assert offset is not None
+    ino = Path(file).stat().st_ino
+    for m in read_maps("/proc", pid):
+        if m.file[1] == ino and m.offset <= offset < m.offset + (m.end - m.start):
+            return m.start + offset - m.offset
+    raise AssertionError(f"{file} is not mapped by {pid}")
+
+
+def breakpoint_set(pid: int, address: int) -> bool:
+    """True while a uprobe is registered there: the kernel writes an int3 (0xcc) over the
+    first instruction in every process that maps the file, and restores it on detach."""
+    with open(f"/proc/{pid}/mem", "rb") as mem:
+        mem.seek(address)
+        return mem.read(1) == b"\xcc"
 
 
 def copy_program(build: Build, program: str, as_name: str) -> str:

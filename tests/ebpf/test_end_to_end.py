@@ -282,7 +282,8 @@ def test_drop_counters_exported_and_zero(scenario: Scenario) -> None:
     reasons = {x.labels["reason"]: x.value
                for x in find(scenario.series, "gpu_exporter_ebpf_events_dropped_total")}
     assert reasons == {"stats_map_full": 0, "threads_map_full": 0, "pending_map_full": 0,
-                       "event_buffer_full": 0, "bad_argument": 0}
+                       "event_buffer_full": 0, "bad_argument": 0,
+                       "process_event_buffer_full": 0}
 
 
 def test_feature_enabled(scenario: Scenario) -> None:

@@ -5,6 +5,7 @@ and the log2-to-cumulative bucket conversion."""
 from __future__ import annotations
 
 import math
+import os
 import re
 import subprocess
 
@@ -14,7 +15,7 @@ from gpu_exporter.ebpf import abi
 from gpu_exporter.ebpf.discovery import _NAMED, parse_maps
 from gpu_exporter.ebpf.elf import ElfError, read_symbols
 from gpu_exporter.ebpf.names import OTHER, UNKNOWN, NameCap, demangle, kernel_name
-from gpu_exporter.ebpf.probes import program_text
+from gpu_exporter.ebpf.probes import DEFAULT_TRACEPOINT_OFFSETS, program_text, tracepoint_offsets
 from gpu_exporter.ebpf.reading import BYTES_BOUNDS_LOG2, cumulative
 from tests.ebpf.conftest import CSRC, Build
 
@@ -77,6 +78,7 @@ def test_memcpy_kind_enum_and_names() -> None:
 def test_program_uses_only_defined_constants() -> None:
     defined = {d[2:].split("=")[0] for d in abi.defines()}
     defined |= set(re.findall(r"#define ([A-Z_]+)", program_text()))
+    defined |= set(DEFAULT_TRACEPOINT_OFFSETS)
     code = re.sub(r"//[^\n]*|/\*.*?\*/", "", program_text(), flags=re.S)
     used = set(re.findall(r"\b([A-Z][A-Z0-9_]{3,})\b", code))
     not_ours = {"BPF_HASH", "BPF_ARRAY", "BPF_PERCPU_ARRAY", "BPF_RINGBUF_OUTPUT", "PT_REGS_PARM1",
@@ -84,6 +86,14 @@ def test_program_uses_only_defined_constants() -> None:
                 "PT_REGS_PARM6", "PT_REGS_SP", "PT_REGS_RC", "E2BIG"}
     assert used - not_ours <= defined, used - not_ours - defined
     assert len(set(abi.DROP_NAMES)) == abi.DROP_REASONS
+
+
+def test_tracepoint_record_offsets_read_from_tracefs() -> None:
+    # The kernel's own format files (tracefs is mounted by the test host set-up) agree
+    # with the x86-64 layout used when they cannot be read.
+    offsets, problem = tracepoint_offsets()
+    assert problem is None
+    assert offsets == DEFAULT_TRACEPOINT_OFFSETS
 
 
 def test_every_probe_names_a_program_in_the_source() -> None:
@@ -216,22 +226,23 @@ def test_privilege_check() -> None:
 
 
 def test_names_resolve_after_the_process_exited(cuda_build: Build) -> None:
-    """A short-lived process: its maps were seen by the library scan, then it exited
-    before its first launch was named. The scan's maps and the file path still name it."""
+    """A short-lived process: its maps were seen by a scan, then it exited before its
+    first launch was named. The scan's maps and the files opened then still name it."""
     from gpu_exporter.ebpf.discovery import Scanner
     from gpu_exporter.ebpf.resolve import Resolver
     from tests.ebpf.conftest import Workload, copy_program
 
     w = Workload([copy_program(cuda_build, "workload", "wl_short"), "unknown"])
     pid = w.proc.pid
-    scanner = Scanner("/proc")
-    scanner.scan()
-    assert pid in scanner.cuda_maps
-    exe = next(m for m in scanner.cuda_maps[pid] if m.path.endswith("/wl_short"))
-    first = min(m.start - m.offset for m in scanner.cuda_maps[pid] if m.file == exe.file)
+    found = Scanner("/proc").scan_pid(pid)
+    maps = found.cuda_maps[pid]
+    exe = next(m for m in maps if m.path.endswith("/wl_short"))
+    first = min(m.start - m.offset for m in maps if m.file == exe.file)
     gemm = read_symbols(cuda_build.path("wl_short")).functions["_ZN2ml4gemmIfLi4EEEvPT_i"]
+    resolver = Resolver("/proc", NameCap(10))
+    resolver.remember(pid, maps)  # opens the files it maps, while they can be opened
     w.go()  # exits
-    resolver = Resolver("/proc", NameCap(10), scanner.cuda_maps)
+    assert not os.path.exists(f"/proc/{pid}")
     # A PIE's first PT_LOAD has vaddr 0 and file offset 0: address = load base + vaddr.
     assert resolver.symbol_at(pid, first + gemm) == "_ZN2ml4gemmIfLi4EEEvPT_i"
     assert resolver.kernel_label(pid, abi.API_RUNTIME, first + gemm) == "ml::gemm"

@@ -4,6 +4,7 @@
 // count here is asserted by tests/ebpf/test_end_to_end.py: change both together.
 #include "cuda_fake.h"
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -97,7 +98,8 @@ static void unknown_work() {
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: workload runtime N | threads T N | unknown [--wait]\n");
+    std::fprintf(stderr, "usage: workload runtime N | threads T N | unknown "
+                         "[--wait | --sleep-ms MS]\n");
     return 2;
   }
   for (int i = 1; i < argc; i++)
@@ -107,6 +109,9 @@ int main(int argc, char **argv) {
       std::fflush(stdout);
       char line[16];
       if (!std::fgets(line, sizeof line, stdin)) return 3;
+    } else if (std::strcmp(argv[i], "--sleep-ms") == 0 && i + 1 < argc) {
+      // No handshake: the first CUDA call comes this long after exec.
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(argv[i + 1])));
     }
   std::string mode = argv[1];
   if (mode == "runtime") runtime_work(argc > 2 ? std::atoi(argv[2]) : 1);

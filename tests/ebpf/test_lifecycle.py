@@ -1,0 +1,224 @@
+"""Probes follow the processes: attached when a process execs or maps a CUDA library
+(not at the next rescan), detached when the last process mapping a file has exited,
+all detached within seconds at SIGTERM, never attached by `doctor`. Real exporter, real
+uprobes, fake CUDA libraries copied to new files (new inodes) so no probe has seen them.
+
+Whether a probe is in place is read from the workload's own memory: the kernel writes an
+int3 over the probed instruction in every process mapping the file and restores it when
+the probe goes."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from tests.ebpf.conftest import (
+    Build,
+    Workload,
+    attached,
+    breakpoint_set,
+    fresh_copy,
+    only_ebpf_args,
+    probe_address,
+    wait_until,
+)
+from tests.helpers import EXPORTER, exporter, find, parse, run_cli
+
+RESCAN = 0.5
+
+
+def _launches(text: str, exe: str) -> dict[str, float]:
+    return {f"{x.labels['cuda_api']}:{x.labels['cuda_kernel_name']}": x.value
+            for x in find(parse(text), "gpu_kernel_launch_calls_total",
+                          process_executable_name=exe)}
+
+
+def _log_counts(logs: str, verb: str) -> dict[str, int]:
+    """{path: probes} from the "attached N probes to PATH" / "detached N probes from
+    PATH" log lines."""
+    prep = "to" if verb == "attached" else "from"
+    return {m.group(2): int(m.group(1))
+            for m in re.finditer(rf"{verb} (\d+) probes {prep} (\S+)", logs)}
+
+
+def _expected_probes(lib: str) -> int:
+    """Entry probes on the probed symbols the file defines, plus their return probes."""
+    from gpu_exporter.ebpf import abi
+    from gpu_exporter.ebpf.elf import ElfFile
+
+    defined = ElfFile.open(lib).functions(abi.BY_SYMBOL)
+    return sum(1 + (abi.BY_SYMBOL[s].returns is not None) for s in defined)
+
+
+def test_probes_detached_within_two_rescans_of_the_last_process(
+        cuda_build: Build, tmp_path: Path) -> None:
+    d = fresh_copy(cuda_build, tmp_path / "img")
+    libs = {str(d / "libcudart.so.12"), str(d / "libcuda.so.1")}
+    args = [*only_ebpf_args(), "--collector.ebpf", f"--ebpf.rescan-interval={RESCAN}"]
+    with exporter(args) as exp:
+        first = Workload([str(d / "workload"), "runtime", "1"])
+        second = Workload([str(d / "workload"), "runtime", "1"])
+        wait_until(lambda: libs <= attached(exp), "probes on the new files")
+        at = probe_address(second.proc.pid, str(d / "libcudart.so.12"), "cudaLaunchKernel")
+        assert breakpoint_set(second.proc.pid, at)
+        first.go()
+        time.sleep(3 * RESCAN)  # one process still maps the files: they stay
+        assert libs <= attached(exp)
+        assert breakpoint_set(second.proc.pid, at)
+        pid = second.proc.pid
+        second.go()
+        exited = time.monotonic()
+        wait_until(lambda: not libs & attached(exp), "the files to be dropped", timeout=10)
+        # Two rescans, plus one for the scan that was under way, plus the scrape.
+        assert time.monotonic() - exited <= 3 * RESCAN + 1.0
+        assert not Path(f"/proc/{pid}").exists()
+        logs = exp.logs()
+        wait_until(lambda: libs <= set(_log_counts(exp.logs(), "detached")), "detach logs")
+        logs = exp.logs()
+        did, undid = _log_counts(logs, "attached"), _log_counts(logs, "detached")
+        for lib in libs:
+            assert did[lib] == undid[lib] > 0, (lib, did, undid)
+        # Mapped again by a new process: probed again, counted.
+        again = Workload([str(d / "workload"), "runtime", "1"])
+        wait_until(lambda: libs <= attached(exp), "probes on the files mapped again")
+        again.go()
+        assert _launches(exp.scrape(), "workload")["runtime:ml::gemm"] == 3
+
+
+def test_first_call_100ms_after_exec_or_dlopen_from_files_never_probed(
+        cuda_build: Build, tmp_path: Path) -> None:
+    """No rescan happens during the test (the interval is long): only the exec and mmap
+    tracking can find these files, and the processes are gone before any rescan."""
+    args = [*only_ebpf_args(), "--collector.ebpf", "--ebpf.rescan-interval=600"]
+    with exporter(args) as exp:
+        exp.scrape()  # started: the first scan is done
+        dyn = fresh_copy(cuda_build, tmp_path / "dyn", ["workload"])
+        static = fresh_copy(cuda_build, tmp_path / "static", ["wl_static"])
+        late = fresh_copy(cuda_build, tmp_path / "late", ["dlopen_driver"])
+        procs = [
+            subprocess.run([str(dyn / "workload"), "runtime", "2", "--sleep-ms", "100"],
+                           capture_output=True, text=True, timeout=30),
+            subprocess.run([str(static / "wl_static"), "runtime", "1", "--sleep-ms", "100"],
+                           capture_output=True, text=True, timeout=30),
+            # exec long before: the library arrives by dlopen, the call 100 ms after it
+            subprocess.run([str(late / "dlopen_driver"), str(late / "libcuda.so.1"), "5",
+                            "100"], capture_output=True, text=True, timeout=30),
+        ]
+        for p in procs:
+            assert p.returncode == 0 and p.stdout.strip().endswith("done"), p
+        text = exp.scrape()
+    assert _launches(text, "workload") == {
+        "runtime:ml::gemm": 2, "runtime:vecAdd": 4, "runtime:(anonymous namespace)::helper": 1,
+        "runtime:cooperative_kernel": 1, "runtime:ns::Handled::run": 2, "graph:unknown": 3}
+    assert _launches(text, "wl_static") == {
+        "runtime:ml::gemm": 1, "runtime:vecAdd": 2, "runtime:(anonymous namespace)::helper": 1,
+        "runtime:cooperative_kernel": 1, "runtime:ns::Handled::run": 2, "graph:unknown": 3}
+    assert _launches(text, "dlopen_driver") == {"driver:late_loaded_k": 5}
+
+
+def test_sigterm_detaches_300_probes_within_5_seconds(cuda_build: Build,
+                                                       tmp_path: Path) -> None:
+    per_copy = sum(_expected_probes(cuda_build.path(n))
+                   for n in ("libcudart.so.12", "libcuda.so.1"))
+    copies = [fresh_copy(cuda_build, tmp_path / f"c{i}") for i in range(-(-300 // per_copy))]
+    workloads = [Workload([str(d / "workload"), "runtime", "1"]) for d in copies]
+    try:
+        args = [*only_ebpf_args(), "--collector.ebpf", f"--ebpf.rescan-interval={RESCAN}"]
+        with exporter(args) as exp:
+            libs = {f"{d}/{n}" for d in copies for n in ("libcudart.so.12", "libcuda.so.1")}
+            wait_until(lambda: libs <= attached(exp), "probes on every copy")
+            probes = sum(_log_counts(exp.logs(), "attached").values())
+            assert probes == per_copy * len(copies) >= 300, probes
+            points = [(w.proc.pid, probe_address(w.proc.pid, f"{d}/libcudart.so.12",
+                                                 "cudaLaunchKernel"))
+                      for w, d in zip(workloads, copies, strict=True)]
+            assert all(breakpoint_set(pid, at) for pid, at in points)
+            sent = time.monotonic()
+            exp.proc.send_signal(signal.SIGTERM)
+            assert exp.proc.wait(30) == 0, exp.logs()
+            took = time.monotonic() - sent
+            print(f"SIGTERM to exit: {took:.2f} s;", re.findall(r"detached \d+ eBPF.*", exp.logs()))
+            assert took <= 5.0, f"SIGTERM to exit took {took:.1f} s:\n{exp.logs()}"
+            assert f"detached {probes} eBPF probes from {len(libs)} files" in exp.logs()
+        assert not any(breakpoint_set(pid, at) for pid, at in points)
+        events = Path("/sys/kernel/tracing/uprobe_events").read_text()
+        assert not any(str(d) in events for d in copies), events
+    finally:
+        for w in workloads:
+            w.go()
+
+
+def test_doctor_attaches_nothing_and_names_the_files(cuda_build: Build,
+                                                     tmp_path: Path) -> None:
+    d = fresh_copy(cuda_build, tmp_path / "doc")
+    w = Workload([str(d / "workload"), "runtime", "1"])
+    try:
+        at = probe_address(w.proc.pid, str(d / "libcudart.so.12"), "cudaLaunchKernel")
+        doctor = subprocess.Popen(
+            [EXPORTER, "doctor", *only_ebpf_args(), "--collector.ebpf"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        seen = False
+        while doctor.poll() is None:  # all the while it runs: no breakpoint
+            seen |= breakpoint_set(w.proc.pid, at)
+            time.sleep(0.01)
+        out, err = doctor.communicate()
+        assert doctor.returncode == 0, err
+        assert not seen
+        line = next(x for x in out.splitlines() if x.startswith("ebpf "))
+        assert line.split()[1] == "enabled", out
+        assert "compiles and loads" in line and "would probe" in line, line
+        assert f"{d}/libcudart.so.12" in line and f"{d}/libcuda.so.1" in line, line
+    finally:
+        w.go()
+
+
+def test_bad_mechanism_flag_is_a_config_error() -> None:
+    res = run_cli(["doctor", *only_ebpf_args(), "--collector.ebpf",
+                   "--ebpf.attach-mechanism=bogus"])
+    assert res.returncode == 2, res
+    assert "attach-mechanism" in res.stderr and "bogus" in res.stderr
+
+
+def test_both_attach_mechanisms_place_count_and_remove_probes(cuda_build: Build,
+                                                              tmp_path: Path) -> None:
+    """uprobe_multi links (what this kernel has) and bcc's perf events (the fallback for
+    kernels before 6.6), driven directly: probes appear in a running process, count its
+    launches, and are gone after detach."""
+    import bcc
+
+    from gpu_exporter.ebpf import abi, attach
+    from gpu_exporter.ebpf.elf import ElfFile
+    from gpu_exporter.ebpf.probes import load_bpf, uprobe_programs
+
+    assert attach.uprobe_multi_supported() is None
+    for name in attach.MECHANISMS:
+        d = fresh_copy(cuda_build, tmp_path / name)
+        lib = str(d / "libcudart.so.12")
+        bpf = load_bpf(bcc)
+        try:
+            mech = attach.mechanism(name, bpf, bcc)
+            mech.load(uprobe_programs())
+            elf = ElfFile.open(lib)
+            offset = elf.offset_of_vaddr(elf.functions(["cudaLaunchKernel"])["cudaLaunchKernel"])
+            assert offset is not None
+            probe = abi.BY_SYMBOL["cudaLaunchKernel"]
+            assert probe.returns is not None
+            w = Workload([str(d / "workload"), "threads", "1", "7"])
+            at = probe_address(w.proc.pid, lib, "cudaLaunchKernel")
+            a = mech.attach(lib, [attach.Point(offset, probe.program, False),
+                                  attach.Point(offset, probe.returns, True)])
+            assert a.probes == 2 and breakpoint_set(w.proc.pid, at)
+            mech.detach([a])
+            assert not breakpoint_set(w.proc.pid, at)
+            a = mech.attach(lib, [attach.Point(offset, probe.program, False),
+                                  attach.Point(offset, probe.returns, True)])
+            w.go()
+            launches = sum(int(v.value) for k, v in bpf[b"stats"].items()
+                           if k.fam == abi.FAM_LAUNCH and k.tgid == w.proc.pid)
+            assert launches == 7, name
+            mech.detach([a])
+        finally:
+            bpf.cleanup()
