@@ -9,7 +9,7 @@ a kubelet the others still report.
 
 from __future__ import annotations
 
-import logging
+import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -19,7 +19,6 @@ from gpu_exporter import catalogue as c
 from gpu_exporter.collectors.base import Availability, Collector, Feature, Sink
 from gpu_exporter.collectors.sysfs_gpus import drm_clients
 from gpu_exporter.labels import PodLabels, ProcessLabels
-from gpu_exporter.logs import forget, log_once
 from gpu_exporter.readers import fdinfo
 from gpu_exporter.readers.nvidia_processes import NvidiaProcessReader, NvmlUnavailable
 from gpu_exporter.readers.podresources import (
@@ -30,11 +29,9 @@ from gpu_exporter.readers.podresources import (
     socket_problem,
 )
 from gpu_exporter.readers.procinfo import ProcessInfo, ProcessTable
-from gpu_exporter.readers.sysfs import read_uevent
+from gpu_exporter.readers.sysfs import Unreadable, read_uevent
 from gpu_exporter.records import GpuTask
 from gpu_exporter.settings import Option
-
-log = logging.getLogger("gpu_exporter.processes")
 
 SOCKET_OPTION = Option(
     "processes.kubelet-socket", str, DEFAULT_SOCKET,
@@ -46,6 +43,8 @@ DEVICE_LABELS_OPTION = Option(
     "allocated to on that GPU's device series.", is_flag=True)
 # Never wait longer than this on the kubelet, whatever the scrape timeout.
 _KUBELET_TIMEOUT = 2.0
+NO_DRM_CARD = Availability.disabled(
+    "no amdgpu, i915 or xe card: no DRM clients to read (NVIDIA processes come from NVML)")
 
 
 @dataclass
@@ -73,6 +72,9 @@ class ProcessesCollector(Collector):
         self._features: dict[str, Availability] = {}
         self._try_nvml()
         self._kubelet_state(socket_problem(self._socket))
+        self._procfs_checked = time.monotonic()
+        self._procfs_problem = fdinfo.procfs_problem(self.settings.procfs)
+        self._fdinfo_state(_drm_gpus_present(self.settings.sysfs))
         return Availability.enabled("; ".join(
             f"{name}: {a.state}" + (f" ({a.reason})" if a.reason else "")
             for name, a in self._features.items()
@@ -92,9 +94,31 @@ class ProcessesCollector(Collector):
         self._nvidia = reader
         self._features["nvml"] = Availability.enabled()
 
-    def _kubelet_state(self, problem: str | None) -> None:
-        self._features["kubelet"] = (Availability.unavailable(problem) if problem
-                                     else Availability.enabled(self._socket))
+    def _kubelet_state(self, problem: Unreadable | None) -> None:
+        if problem is None:
+            state = Availability.enabled(self._socket)
+        elif not os.path.lexists(self._socket) and "KUBERNETES_SERVICE_HOST" not in os.environ:
+            # Not in a pod, no socket: not a Kubernetes node, nothing to fix.
+            state = Availability.disabled(f"not a Kubernetes pod; {problem.reason}",
+                                          f"on a Kubernetes node: {problem.fix}")
+        else:
+            state = Availability.unavailable(problem.reason, problem.fix)
+        self._features["kubelet"] = state
+
+    def _fdinfo_state(self, drm_cards: bool) -> None:
+        """DRM fdinfo: off without an AMD/Intel card; unavailable while the procfs is
+        not the host's or lets us into no other process (checked again every retry
+        interval: a remount, added capabilities)."""
+        if not drm_cards:
+            self._features["fdinfo"] = NO_DRM_CARD
+            return
+        if time.monotonic() - self._procfs_checked >= self.settings.retry_interval_seconds:
+            self._procfs_checked = time.monotonic()
+            self._procfs_problem = fdinfo.procfs_problem(self.settings.procfs)
+        problem = self._procfs_problem
+        self._features["fdinfo"] = (
+            Availability.unavailable(problem.reason, problem.fix) if problem
+            else Availability.enabled(f"DRM fdinfo under {self.settings.procfs}"))
 
     def close(self) -> None:
         if self._nvidia is not None:
@@ -136,14 +160,21 @@ class ProcessesCollector(Collector):
         problem = socket_problem(self._socket)
         self._kubelet_state(problem)
         if problem is not None:
-            # Not a Kubernetes node (or no kubelet yet): nothing failed, pods are unknown.
-            log_once(log, "kubelet:absent", logging.INFO, "%s", problem)
+            # No socket (yet): nothing failed, pods are unknown; the state says why.
             return None
-        forget(log, "kubelet:absent")
         try:
             return self._kubelet.list_gpus(min(_KUBELET_TIMEOUT, max(0.1, sink.time_left())))
         except PodResourcesError as exc:
+            if exc.code == "UNIMPLEMENTED":  # an API the kubelet lacks: a state, no failure
+                self._features["kubelet"] = Availability.unavailable(
+                    f"the kubelet at {self._socket} does not serve PodResources v1 List",
+                    "Kubernetes 1.20 or later serves it (feature gate KubeletPodResources, "
+                    "on by default)")
+                return None
             sink.fail("kubelet", str(exc))
+            self._features["kubelet"] = Availability.unavailable(
+                str(exc), "check the kubelet on this node (`systemctl status kubelet`); "
+                "the exporter asks again every scrape")
             return None
 
     def _collect_nvidia(self, sink: Sink, usage: dict[tuple[str, int], _Usage]) -> None:
@@ -162,7 +193,9 @@ class ProcessesCollector(Collector):
                 usage[(u.device, u.pid)].utilization = dict(u.utilization_ratio)
 
     def _collect_fdinfo(self, sink: Sink, usage: dict[tuple[str, int], _Usage]) -> None:
-        if not _drm_gpus_present(self.settings.sysfs):
+        drm_cards = _drm_gpus_present(self.settings.sysfs)
+        self._fdinfo_state(drm_cards)
+        if not drm_cards:
             return  # no AMD/Intel GPU: spare every scrape a walk over every open file
         try:
             clients = drm_clients(sink, self.settings.procfs)

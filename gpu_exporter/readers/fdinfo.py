@@ -39,11 +39,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from gpu_exporter.readers.pci import normalize_pci_address
-from gpu_exporter.readers.sysfs import read_bytes
+from gpu_exporter.readers.sysfs import Unreadable, read_bytes
 from gpu_exporter.records import GpuTask
 
 DRIVERS: frozenset[str] = frozenset({"amdgpu", "i915", "xe"})
 _MAX_FDINFO_BYTES = 16384
+# The inode of the initial (host) PID namespace: PROC_PID_INIT_INO, fixed in the kernel.
+HOST_PID_NAMESPACE = "pid:[4026531836]"
+MOUNT_HOST_PROC = ("mount the host's /proc (read-only; Kubernetes: a hostPath volume) and "
+                   "pass --path.procfs=<that mount>")
 
 _TASKS: dict[str, dict[str, GpuTask]] = {
     "amdgpu": {
@@ -91,6 +95,43 @@ class DrmClient:
     @property
     def key(self) -> tuple[str, int]:
         return (self.pci_address, self.client_id)
+
+
+def procfs_problem(procfs: str) -> Unreadable | None:
+    """Why the DRM files of every process on the host cannot be read under `procfs`, or
+    None when they can: it must list, be the host's (its pid 1 in the host's PID
+    namespace, where that can be told), and let us into other processes' `fd` folders
+    (ptrace read access: the same user, or CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH)."""
+    try:
+        pids = [n for n in os.listdir(procfs) if n.isdigit()]
+    except OSError as exc:
+        return Unreadable(f"cannot list {procfs}: {exc.strerror}", MOUNT_HOST_PROC)
+    if not pids:
+        return Unreadable(f"{procfs} lists no processes: it is not a procfs", MOUNT_HOST_PROC)
+    try:
+        namespace = os.readlink(os.path.join(procfs, "1", "ns", "pid"))
+    except PermissionError:
+        namespace = None  # told by the fd check below
+    except OSError:
+        namespace = HOST_PID_NAMESPACE  # no such link (an old kernel): cannot be told
+    if namespace is not None and namespace != HOST_PID_NAMESPACE:
+        return Unreadable(
+            f"{procfs} is a container's own /proc ({namespace}, not the host's PID "
+            "namespace): the GPU processes of other containers are not seen",
+            "run in the host's PID namespace (Kubernetes `hostPID: true`, docker "
+            f"`--pid=host`), or {MOUNT_HOST_PROC}")
+    probe = os.path.join(procfs, "1" if "1" in pids else min(pids, key=int), "fd")
+    try:
+        os.listdir(probe)
+    except PermissionError:
+        return Unreadable(
+            f"no permission to read other processes' open files ({probe}): only DRM "
+            "clients of the exporter's own user are seen",
+            "run as root with CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH (Kubernetes: "
+            "securityContext.capabilities.add; systemd: AmbientCapabilities=)")
+    except OSError:
+        pass  # the process exited meanwhile: nothing to tell from it
+    return None
 
 
 def read_drm_clients(

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpu_exporter.readers.pci import normalize_pci_address
+from gpu_exporter.readers.sysfs import Unreadable
 
 if TYPE_CHECKING:
     # grpc + protobuf and the generated stubs cost about 11 MiB of resident memory:
@@ -34,8 +35,18 @@ _REPLICA = re.compile(r"::\d+$")  # NVIDIA time-slicing / MPS replica suffix
 _MAX_MESSAGE = 16 * 1024 * 1024
 
 
+MOUNT_SOCKET = ("mount the host's /var/lib/kubelet/pod-resources into the exporter "
+                "(Kubernetes: a hostPath volume, as deploy/kubernetes does) or pass "
+                "--processes.kubelet-socket=<the kubelet's socket>")
+
+
 class PodResourcesError(Exception):
-    """The socket exists but the kubelet did not answer List."""
+    """The socket exists but the kubelet did not answer List. `code` is the gRPC status
+    name (UNAVAILABLE, DEADLINE_EXCEEDED, UNIMPLEMENTED, ...)."""
+
+    def __init__(self, message: str, code: str = "UNKNOWN") -> None:
+        super().__init__(message)
+        self.code = code
 
 
 @dataclass(frozen=True, order=True)
@@ -72,18 +83,25 @@ def gpu_allocations(
     return {k: tuple(sorted(v)) for k, v in out.items()}
 
 
-def socket_problem(path: str) -> str | None:
-    """Why `path` is not a usable kubelet socket, or None when it looks like one."""
+def socket_problem(path: str) -> Unreadable | None:
+    """Why `path` is not a usable kubelet socket, and the fix; None when it looks like
+    one."""
     try:
         st = os.stat(path)
     except FileNotFoundError:
-        return f"no kubelet PodResources socket at {path} (not a Kubernetes node?)"
+        return Unreadable(f"no kubelet PodResources socket at {path}", MOUNT_SOCKET)
     except OSError as exc:
-        return f"cannot reach the kubelet PodResources socket {path}: {exc.strerror}"
+        return Unreadable(
+            f"cannot reach the kubelet PodResources socket {path}: {exc.strerror}",
+            MOUNT_SOCKET)
     if not stat.S_ISSOCK(st.st_mode):
-        return f"{path} is not a socket"
+        return Unreadable(f"{path} is not a socket",
+                          "pass --processes.kubelet-socket=<the kubelet's socket> "
+                          f"(default {DEFAULT_SOCKET})")
     if not os.access(path, os.R_OK | os.W_OK):
-        return f"no permission to use the kubelet PodResources socket {path}"
+        return Unreadable(
+            f"no permission to use the kubelet PodResources socket {path} (writable by "
+            "root alone)", "run the exporter as uid 0 (Kubernetes: runAsUser: 0)")
     return None
 
 
@@ -127,9 +145,9 @@ class PodResourcesClient:
             detail = exc.details() if hasattr(exc, "details") else str(exc)
             # A kubelet that restarted leaves a dead channel behind: start afresh next time.
             self.close()
-            name = code.name if code is not None else "error"
+            name = code.name if code is not None else "UNKNOWN"
             raise PodResourcesError(
-                f"kubelet PodResources List on {self.socket_path}: {name} {detail}"
+                f"kubelet PodResources List on {self.socket_path}: {name} {detail}", name
             ) from None
         return gpu_allocations(response)
 

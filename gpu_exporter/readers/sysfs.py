@@ -34,6 +34,15 @@ _VALUE_FIELDS = tuple(f.name for f in fields(GpuReading)
                       if f.name not in ("identity", "up", "state"))
 
 
+@dataclass(frozen=True)
+class Unreadable:
+    """Why a whole source cannot be read (a missing mount, a privilege), and what the
+    operator can do about it: a collector turns it into a feature state."""
+
+    reason: str
+    fix: str
+
+
 @dataclass
 class Problems:
     """Garbage found while reading: (key, message) pairs for `sink.fail`."""

@@ -24,8 +24,9 @@ def test_grpc_is_loaded_only_once_the_kubelet_socket_exists(tmp_path: Path) -> N
     sock = tmp_path / "kubelet.sock"
     with running(lib, tmp_path, scenario(), [f"--processes.kubelet-socket={sock}"]) as exp:
         before = parse(exp.scrape())
+        # Not in a pod, no socket: not a Kubernetes node.
         assert value(before, "gpu_exporter_feature_status", feature="processes.kubelet",
-                     state="unavailable") == 1
+                     state="disabled") == 1
         assert not _grpc_loaded(exp.proc.pid)
 
         with kubelet(sock, PODS):

@@ -68,10 +68,14 @@ def test_a_kubelet_that_stops_answering_is_an_error_not_a_hang(tmp_path: Path) -
     client.close()
 
 
-def test_socket_problems(tmp_path: Path) -> None:
-    assert "no kubelet PodResources socket" in (socket_problem(str(tmp_path / "nope")) or "")
+def test_socket_problems_say_what_to_do(tmp_path: Path) -> None:
+    missing = socket_problem(str(tmp_path / "nope"))
+    assert missing is not None and "no kubelet PodResources socket" in missing.reason
+    assert "/var/lib/kubelet/pod-resources" in missing.fix
     (tmp_path / "file").write_text("")
-    assert "is not a socket" in (socket_problem(str(tmp_path / "file")) or "")
+    not_socket = socket_problem(str(tmp_path / "file"))
+    assert not_socket is not None and "is not a socket" in not_socket.reason
+    assert "--processes.kubelet-socket" in not_socket.fix
     with socket.socket(socket.AF_UNIX) as s:
         s.bind(str(tmp_path / "s.sock"))
         assert socket_problem(str(tmp_path / "s.sock")) is None

@@ -242,7 +242,7 @@ def test_without_a_kubelet_processes_still_report(lib: Path, tmp_path: Path) -> 
     assert value(s, "gpu_exporter_collector_success", collector="processes") == 1
     assert value(s, "gpu_exporter_feature_status", feature="processes", state="enabled") == 1
     assert value(s, "gpu_exporter_feature_status", feature="processes.kubelet",
-                 state="unavailable") == 1
+                 state="disabled") == 1  # not in a pod: not a Kubernetes node
     assert value(s, "gpu_exporter_feature_status", feature="processes.nvml",
                  state="enabled") == 1
     p = procs(s, process_pid="1001")[0].labels
