@@ -174,7 +174,7 @@ class AmdReader:
             power_limit_watts=hwmon.micro(f.power_cap, problems),
             energy_consumed_joules=_energy(f, problems),
             temperature_celsius=hwmon.read_each(f.temperatures, problems,
-                                                hwmon.MAX_MILLI_CELSIUS, 1e-3),
+                                                hwmon.MAX_MILLI_CELSIUS, 1000),
             fan_speed_ratio=hwmon.read_ratios(f.fan_ratio, problems, clamp=False),
             fan_speed_rpm=hwmon.read_each(f.fan_rpm, problems, hwmon.MAX_RPM),
             clock_hertz=_clocks(f.clocks, problems),

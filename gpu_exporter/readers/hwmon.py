@@ -119,13 +119,13 @@ def micro(path: str | None, problems: Problems, maximum: int = MAX_MICRO_WATTS
 
 
 def read_each(channels: Sequence[Channel], problems: Problems, maximum: int,
-              scale: float = 1.0) -> dict[str, float]:
-    """value x scale by key (°C from m°C: scale 1e-3; rpm: 1)."""
+              divisor: int = 1) -> dict[str, float]:
+    """value / divisor by key (°C from m°C: 1000; rpm: 1)."""
     out: dict[str, float] = {}
     for key, path in channels:
         value = read_int(path, problems, maximum=maximum)
         if value is not None:
-            out[key] = value * scale
+            out[key] = value / divisor
     return out
 
 

@@ -137,7 +137,7 @@ class IntelReader:
             power_limit_watts=_power_limit(f.power_limit, problems),
             energy_consumed_joules=energy,
             temperature_celsius=hwmon.read_each(f.temperatures, problems,
-                                                hwmon.MAX_MILLI_CELSIUS, 1e-3),
+                                                hwmon.MAX_MILLI_CELSIUS, 1000),
             fan_speed_rpm=hwmon.read_each(f.fan_rpm, problems, hwmon.MAX_RPM),
             fan_speed_ratio=hwmon.read_ratios(f.fan_ratio, problems, clamp=True),
             clock_hertz=_clocks(f.clocks, problems),
