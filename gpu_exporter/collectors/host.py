@@ -6,8 +6,6 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-import psutil
-
 from gpu_exporter import catalogue as c
 from gpu_exporter.collectors.base import Availability, Collector, Sink
 from gpu_exporter.flagtypes import regex
@@ -46,8 +44,6 @@ class HostCollector(Collector):
         self._mountpoints = _compile(opt(MOUNTPOINTS_OPTION))
         self._disks = _compile(opt(DISKS_OPTION))
         self._interfaces = _compile(opt(INTERFACES_OPTION))
-        # --path.procfs applies to psutil too (a container that mounts the host's /proc).
-        psutil.PROCFS_PATH = self.settings.procfs
         self._cpu_before: host.CpuTimes | None = None
         try:
             self._netlink: host.NetlinkInterfaces | None = host.NetlinkInterfaces()
@@ -76,13 +72,13 @@ class HostCollector(Collector):
                 sink.fail(key, f"{key}: {exc}")
 
     def _cpu(self, sink: Sink) -> None:
-        now = host.read_cpu_times()
+        now = host.read_cpu_times(self.settings.procfs)
         ratio = host.cpu_utilization(self._cpu_before, now)
         self._cpu_before = now
         c.SYSTEM_CPU_UTILIZATION.emit(sink, ratio, {})
 
     def _memory(self, sink: Sink) -> None:
-        mem = host.read_memory()
+        mem = host.read_memory(self.settings.procfs)
         for state, nbytes in mem.by_state.items():
             c.SYSTEM_MEMORY_USAGE.emit(sink, nbytes, {"system_memory_state": state})
         c.SYSTEM_MEMORY_UTILIZATION.emit(sink, mem.utilization_ratio, {})
@@ -101,7 +97,7 @@ class HostCollector(Collector):
             sink.fail(f"statvfs:{mountpoint}", f"statvfs {mountpoint}: {error}")
 
     def _disk_io(self, sink: Sink) -> None:
-        for d in host.read_disks(self._disks):
+        for d in host.read_disks(self._disks, self.settings.procfs):
             c.SYSTEM_DISK_IO.emit(
                 sink, d.read_bytes, {"system_device": d.device, "disk_io_direction": "read"})
             c.SYSTEM_DISK_IO.emit(

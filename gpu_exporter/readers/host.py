@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,8 +69,27 @@ class InterfaceStats:
     transmit_errors: int
 
 
-def read_cpu_times() -> CpuTimes:
-    t = psutil.cpu_times()
+_psutil_lock = threading.Lock()
+
+
+@contextmanager
+def _psutil_procfs(procfs: str) -> Iterator[None]:
+    """psutil reads /proc through one module global, `psutil.PROCFS_PATH`, and takes no
+    path per call: each call here sets it for its own duration only (under a lock), so
+    `--path.procfs` reaches psutil without psutil being configured for the whole
+    process."""
+    with _psutil_lock:
+        default = psutil.PROCFS_PATH
+        psutil.PROCFS_PATH = procfs
+        try:
+            yield
+        finally:
+            psutil.PROCFS_PATH = default
+
+
+def read_cpu_times(procfs: str = "/proc") -> CpuTimes:
+    with _psutil_procfs(procfs):
+        t = psutil.cpu_times()
     # guest and guest_nice are already inside user and nice (kernel accounting).
     total = sum(getattr(t, f, 0.0) for f in
                 ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal"))
@@ -86,8 +107,9 @@ def cpu_utilization(before: CpuTimes | None, now: CpuTimes) -> float | None:
     return min(1.0, max(0.0, busy / total))
 
 
-def read_memory() -> MemoryReading:
-    vm = psutil.virtual_memory()
+def read_memory(procfs: str = "/proc") -> MemoryReading:
+    with _psutil_procfs(procfs):
+        vm = psutil.virtual_memory()
     # The four states add up to the total (OpenTelemetry's partition; `free`(1) counts
     # the same way). psutil's own `used` is total - available, which overlaps `cached`.
     used = vm.total - vm.free - vm.buffers - vm.cached
@@ -100,21 +122,12 @@ def read_memory() -> MemoryReading:
     )
 
 
-def _unescape(field: str) -> str:
-    # /proc/*/mounts escapes space, tab, newline and backslash as \ooo octal.
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
-
-
 def read_mounts(procfs: str = "/proc") -> list[tuple[str, str, str]]:
-    """(device, mountpoint, fs type) of every mount the exporter's process sees."""
-    out = []
-    with open(os.path.join(procfs, "self", "mounts"), encoding="utf-8",
-              errors="replace") as f:
-        for line in f:
-            fields = line.split()
-            if len(fields) >= 3:
-                out.append((_unescape(fields[0]), _unescape(fields[1]), fields[2]))
-    return out
+    """(device, mountpoint, fs type) of every mount the exporter's process sees
+    (`<procfs>/self/mounts`, its octal escapes such as `\\040` decoded by psutil)."""
+    with _psutil_procfs(procfs):
+        parts = psutil.disk_partitions(all=True)
+    return [(p.device, p.mountpoint, p.fstype) for p in parts]
 
 
 def statvfs_states(st: os.statvfs_result) -> dict[str, int]:
@@ -152,8 +165,9 @@ def read_filesystems(
     return readings, errors
 
 
-def read_disks(exclude: re.Pattern[str]) -> list[DiskIo]:
-    counters = psutil.disk_io_counters(perdisk=True, nowrap=False) or {}
+def read_disks(exclude: re.Pattern[str], procfs: str = "/proc") -> list[DiskIo]:
+    with _psutil_procfs(procfs):
+        counters = psutil.disk_io_counters(perdisk=True, nowrap=False) or {}
     return [
         DiskIo(name, c.read_bytes, c.write_bytes)
         for name, c in sorted(counters.items()) if not exclude.search(name)

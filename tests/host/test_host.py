@@ -288,3 +288,30 @@ def test_filesystem_type_exclusion_is_configurable() -> None:
     assert find(series, "system_memory_usage_bytes")
     assert not find(series, "system_filesystem_usage_bytes", system_filesystem_mountpoint="/")
     assert not find(series, "system_filesystem_usage_bytes", system_filesystem_type=root_type)
+
+
+def test_memory_and_cpu_come_from_the_given_procfs_and_psutil_is_left_alone(
+        tmp_path: Path) -> None:
+    """A container mounts the host's /proc elsewhere: --path.procfs reaches psutil's
+    reads, and psutil itself still reads /proc for anyone else afterwards."""
+    import psutil
+
+    fake = tmp_path / "proc"
+    fake.mkdir()
+    (fake / "meminfo").write_text(
+        "MemTotal:       16384000 kB\nMemFree:         4096000 kB\n"
+        "MemAvailable:    8192000 kB\nBuffers:          512000 kB\n"
+        "Cached:          2048000 kB\nShmem:                 0 kB\n"
+        "SReclaimable:           0 kB\nActive:          1000000 kB\n"
+        "Inactive:        1000000 kB\n")
+    (fake / "stat").write_text("cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 100 0 50 800 50 0 0 0 0 0\n")
+    mem = host.read_memory(str(fake))
+    assert mem.total_bytes == 16384000 * 1024
+    assert mem.by_state["free"] == 4096000 * 1024
+    assert mem.utilization_ratio == pytest.approx(0.5)
+    cpu = host.read_cpu_times(str(fake))
+    ticks = os.sysconf("SC_CLK_TCK")
+    assert cpu.total_seconds == pytest.approx(1000 / ticks)
+    assert cpu.busy_seconds == pytest.approx(150 / ticks)
+    assert psutil.PROCFS_PATH == "/proc"
+    assert host.read_memory().total_bytes == psutil.virtual_memory().total
