@@ -12,19 +12,29 @@ PYTEST_ARGS ?=
 system-deps:
 	bash scripts/install-system-deps.sh scripts/apt-packages.txt
 
+# `make run` writes nothing of its own to stdout (installs report on stderr), so that
+# `make run ARGS=dump > f` is the exposition alone.
 system-deps-run:
-	bash scripts/install-system-deps.sh scripts/apt-packages-run.txt
+	@bash scripts/install-system-deps.sh scripts/apt-packages-run.txt >&2
 
+# What the exporter needs to run, and no more (`make run`).
+$(VENV)/.installed-run: pyproject.toml
+	@$(SYSPY) -m venv --system-site-packages $(VENV) >&2
+	@$(PY) -m pip install --quiet --upgrade pip >&2
+	@$(PY) -m pip install --quiet -e . >&2
+	@touch $@
+
+# And what the tests, linters and benchmarks need (`make test`, `make bench`, ...).
 $(VENV)/.installed: pyproject.toml
 	$(SYSPY) -m venv --system-site-packages $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
-	touch $@
+	touch $@ $(VENV)/.installed-run
 
 venv: $(VENV)/.installed
 
-run: system-deps-run venv
-	$(BIN)/gpu-exporter $(ARGS)
+run: system-deps-run $(VENV)/.installed-run
+	@$(BIN)/gpu-exporter $(ARGS)
 
 lint: venv
 	$(BIN)/ruff check gpu_exporter tests dashboards scripts
@@ -54,8 +64,10 @@ bench: system-deps venv
 	$(PY) -m tests.bench.report
 
 # Simulated GPU node + VictoriaMetrics + vmalert (alerts/) + Alertmanager; Ctrl-C stops all.
+# Ctrl-C is how the demo is meant to end: scripts/foreground.py hands it the terminal, so
+# that the signal stops the demo alone and make ends with the demo's exit 0.
 demo: system-deps venv
-	bash scripts/demo.sh
+	@$(SYSPY) scripts/foreground.py bash scripts/demo.sh
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -40,7 +40,9 @@ stop() {
   rm -rf "$work"
 }
 trap stop EXIT
-trap 'exit 130' INT TERM
+# Ctrl-C is the way to end the demo: a clean stop, exit 0. SIGTERM from elsewhere is not.
+trap 'exit 0' INT
+trap 'exit 143' TERM
 
 wait_http() {  # url, name, pid
   for _ in $(seq 1 300); do

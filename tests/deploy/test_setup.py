@@ -1,0 +1,97 @@
+"""Set-up does what it says: `make run` installs the runtime only and its stdout is the
+exporter's alone, the package builds without a warning, and the README says what
+`make test` changes on the host (every set-up script, every mount, link and permission)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.helpers import REPO, parse, promtool_check_metrics
+
+NO_DEVICES = {"LD_LIBRARY_PATH": "/nonexistent", "GPU_EXPORTER_PATH_SYSFS": "/nonexistent"}
+
+
+def _make(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["make", "--no-print-directory", *args], cwd=REPO,
+                          env={**os.environ, **(env or {})}, capture_output=True, text=True,
+                          timeout=300)
+
+
+def _installs(target: str) -> list[str]:
+    """The pip install lines `make <target>` runs from scratch (dry run, every step)."""
+    res = _make("-n", "-B", target)
+    assert res.returncode == 0, res.stderr
+    return [line for line in res.stdout.splitlines() if "pip install" in line]
+
+
+def test_make_run_installs_the_runtime_dependencies_only() -> None:
+    run = _installs("run")
+    assert any(re.search(r"pip install .*-e \.( |$)", line) for line in run), run
+    assert not any("[dev]" in line for line in run), run
+    assert any("'.[dev]'" in line for line in _installs("test"))
+
+
+def test_make_run_dump_writes_the_exposition_alone() -> None:
+    # The venv is the suite's own (make test made it): not rebuilt for this.
+    res = _make("-o", ".venv/.installed-run", "run",
+                "ARGS=dump --no-collector.nvidia --no-collector.processes", env=NO_DEVICES)
+    assert res.returncode == 0, res.stderr
+    promtool_check_metrics(res.stdout)
+    assert parse(res.stdout), res.stdout
+    # Installs would report on stderr too: every line of make's own recipe is silent.
+    dry = _make("-n", "-B", "run").stdout.splitlines()
+    steps = [line for line in dry if not line.startswith(".venv/bin/gpu-exporter")]
+    assert steps and all(line.endswith(">&2") or line.startswith("touch ")
+                         for line in steps), dry
+
+
+def test_the_package_builds_without_warnings(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, src / name)
+    shutil.copytree(REPO / "gpu_exporter", src / "gpu_exporter",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    res = subprocess.run(
+        [sys.executable, "-W", "always", "-c",
+         # a wheel (pip install .) and an editable one (make run, make test: pip -e)
+         f"from setuptools import build_meta as b; b.build_wheel({str(tmp_path)!r}); "
+         f"b.build_editable({str(tmp_path)!r})"],
+        cwd=src, env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    output = res.stdout + res.stderr
+    warnings = [line for line in output.splitlines() if "warn" in line.lower()]
+    assert not warnings, output
+    assert len(list(tmp_path.glob("gpu_exporter-*.whl"))) == 2
+
+
+def _make_test_section() -> str:
+    text = (REPO / "README.md").read_text()
+    start = text.index("**What `make test` changes on the machine.**")
+    return " ".join(text[start:text.index("\n## ", start)].split())
+
+
+def test_readme_says_what_make_test_changes_on_the_host() -> None:
+    makefile = (REPO / "Makefile").read_text()
+    recipe = makefile.split("\ntest:", 1)[1].split("\n\n", 1)[0]
+    assert "system-deps" in recipe.splitlines()[0] and "setup-test-host.sh" in recipe
+    said = _make_test_section()
+    assert "scripts/apt-packages.txt" in said
+    scripts = sorted((REPO / "scripts" / "setup-test-host.d").glob("*.sh"))
+    assert scripts
+    for script in scripts:
+        assert f"scripts/setup-test-host.d/{script.name}" in said, script.name
+        body = script.read_text()
+        # What each script changes is named: mount points, links, permissions.
+        for where in re.findall(r"mount -t \S+ nodev (\S+)", body):
+            assert where in said, (script.name, where)
+        if "ln -s" in body:
+            assert "/lib/modules" in said and "linux-headers" in said, script.name
+        for mode in re.findall(r"chmod (\S+)", body):
+            assert mode in said, (script.name, mode)
