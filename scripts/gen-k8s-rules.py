@@ -5,16 +5,23 @@
     python3 scripts/gen-k8s-rules.py --check  # exit 1 when they are out of date
     python3 scripts/gen-k8s-rules.py --exporter-selector 'job="gpu-metrics"' --out DIR
         # the whole pack for a scrape job of another name: the rule files and both objects
+    python3 scripts/gen-k8s-rules.py --runbook-url https://wiki.example.com/gpu --out DIR
+        # the whole pack linking your own copy of docs/runbooks.md
 
 alerts/*.yml (Prometheus rule files, the one source) becomes
 deploy/kubernetes/prometheus-operator/prometheusrule.yaml (PrometheusRule) and
 deploy/kubernetes/victoriametrics-operator/vmrule.yaml (VMRule): one object per rule file,
 named after it, with the same groups.
 
-The pack has one setting, as a monitoring mixin's `_config` has (node-mixin's
-`nodeExporterSelector`): EXPORTER_SELECTOR, how the exporter alerts find the exporter's
-scrape targets. alerts/ and the committed objects use its default; `--exporter-selector`
-puts another in its place.
+The pack has two settings, as a monitoring mixin's `_config` has (node-mixin's
+`nodeExporterSelector`, `runbookURLPattern`): EXPORTER_SELECTOR, how the exporter alerts
+find the exporter's scrape targets, and RUNBOOKS_URL, where every alert's runbook_url
+points. alerts/ and the committed objects use their defaults; `--exporter-selector` and
+`--runbook-url` put others in their place.
+
+RUNBOOKS_URL comes from one place, the `Documentation` URL in pyproject.toml's
+[project.urls]: this script writes it into every runbook_url of alerts/ (and of the
+expectations in alerts/tests/), keeping each anchor; `--check` fails while one differs.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import argparse
 import copy
 import re
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +52,32 @@ EXPORTER_SELECTOR = 'job="gpu-exporter"'
 The job is a scrape config's `job_name`; a ServiceMonitor's or VMServiceScrape's job is the
 Service's name. alerts/ is written with this default, verbatim."""
 
+
+
+def documentation_url() -> str:
+    with open(REPO / "pyproject.toml", "rb") as f:
+        url: str = tomllib.load(f)["project"]["urls"]["Documentation"]
+    return url.rstrip("/")
+
+
+RUNBOOKS_URL = f"{documentation_url()}/runbooks.md"
+"""docs/runbooks.md as published: absolute, so that the link works where on-call reads it
+(Alertmanager's notifications, Grafana), not only inside this repository."""
+
+# A runbook_url line of a rule file or a rule test: its base is replaced, its anchor kept.
+_RUNBOOK_LINE = re.compile(r'^(\s*runbook_url:\s*)"?[^"\s#]*#([A-Za-z0-9_-]+)"?[ \t]*$', re.M)
+
+
+def with_runbook_links(text: str, runbooks: str = RUNBOOKS_URL) -> str:
+    """The file's text with every runbook_url into `runbooks`, anchors kept."""
+    return _RUNBOOK_LINE.sub(lambda m: f'{m.group(1)}"{runbooks}#{m.group(2)}"', text)
+
+
+def runbook_sources(alerts: Path = ALERTS) -> list[Path]:
+    """The files whose runbook links this script writes: the rule files and their tests."""
+    return rule_files(alerts) + sorted((alerts / "tests").glob("*.y*ml"))
+
+
 _MATCHER = r'\s*[A-Za-z_][A-Za-z0-9_]*\s*(=|!=|=~|!~)\s*"(?:[^"\\\n]|\\.)*"\s*'
 SELECTOR = re.compile(rf"{_MATCHER}(,{_MATCHER})*")
 
@@ -58,10 +92,11 @@ def object_name(path: Path) -> str:
     return stem if stem.startswith("gpu-exporter") else f"gpu-exporter-{stem}"
 
 
-def groups(path: Path, exporter_selector: str = EXPORTER_SELECTOR) -> list[dict[str, Any]]:
+def groups(path: Path, exporter_selector: str = EXPORTER_SELECTOR,
+           runbooks: str = RUNBOOKS_URL) -> list[dict[str, Any]]:
     """The file's rule groups, with `exporter_selector` in place of the default in every
-    expression and annotation."""
-    doc = yaml.safe_load(path.read_text()) or {}
+    expression and annotation, and every runbook_url into `runbooks`."""
+    doc = yaml.safe_load(with_runbook_links(path.read_text(), runbooks)) or {}
     found: list[dict[str, Any]] = doc.get("groups", [])
     if exporter_selector == EXPORTER_SELECTOR:
         return found
@@ -93,14 +128,17 @@ def _dump(docs: list[dict[str, Any]]) -> str:
                          allow_unicode=True, explicit_start=True)
 
 
-def _header(exporter_selector: str) -> str:
-    if exporter_selector == EXPORTER_SELECTOR:
-        return HEADER
-    return HEADER + f"# exporter selector: {exporter_selector}\n"
+def _header(exporter_selector: str, runbooks: str) -> str:
+    out = HEADER
+    if exporter_selector != EXPORTER_SELECTOR:
+        out += f"# exporter selector: {exporter_selector}\n"
+    if runbooks != RUNBOOKS_URL:
+        out += f"# runbooks: {runbooks}\n"
+    return out
 
 
 def render(api_version: str, kind: str, alerts: Path = ALERTS,
-           exporter_selector: str = EXPORTER_SELECTOR) -> str:
+           exporter_selector: str = EXPORTER_SELECTOR, runbooks: str = RUNBOOKS_URL) -> str:
     """One object per rule file: group names only need to be unique within a file (as in
     Prometheus), and the operators reject duplicates inside one object."""
     docs = []
@@ -113,17 +151,24 @@ def render(api_version: str, kind: str, alerts: Path = ALERTS,
                 "labels": {"app.kubernetes.io/name": "gpu-exporter"},
                 "annotations": {"gpu-exporter/source": f"alerts/{path.name}"},
             },
-            "spec": {"groups": groups(path, exporter_selector)},
+            "spec": {"groups": groups(path, exporter_selector, runbooks)},
         })
-    return _header(exporter_selector) + _dump(docs)
+    return _header(exporter_selector, runbooks) + _dump(docs)
 
 
-def render_rule_file(path: Path, exporter_selector: str) -> str:
+def render_rule_file(path: Path, exporter_selector: str, runbooks: str = RUNBOOKS_URL) -> str:
     """A rule file of alerts/ for Prometheus' rule_files or vmalert's -rule."""
     return (f"# Generated by scripts/gen-k8s-rules.py from alerts/{path.name}\n"
-            f"# exporter selector: {exporter_selector}\n"
-            + yaml.dump({"groups": groups(path, exporter_selector)}, Dumper=_Dumper,
-                        sort_keys=False, width=100, allow_unicode=True))
+            f"# exporter selector: {exporter_selector}\n# runbooks: {runbooks}\n"
+            + yaml.dump({"groups": groups(path, exporter_selector, runbooks)},
+                        Dumper=_Dumper, sort_keys=False, width=100, allow_unicode=True))
+
+
+def _url(text: str) -> str:
+    if not re.fullmatch(r"https?://[^\s#\"]+", text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not an absolute http(s) URL without "
+                                         "an anchor (each alert adds its own)")
+    return text.rstrip("/")
 
 
 def _selector(text: str) -> str:
@@ -142,23 +187,37 @@ def main(argv: list[str]) -> int:
                         metavar="MATCHERS",
                         help="label matchers of the exporter's scrape targets "
                         f"(default: {EXPORTER_SELECTOR})")
+    parser.add_argument("--runbook-url", type=_url, default=RUNBOOKS_URL, metavar="URL",
+                        help="where the runbooks are, each alert's its anchor "
+                        f"(default: {RUNBOOKS_URL}, from pyproject.toml)")
     parser.add_argument("--out", type=Path, metavar="DIR",
                         help="write the rule files and both objects into DIR instead")
     args = parser.parse_args(argv)
-    if args.out is None and args.exporter_selector != EXPORTER_SELECTOR:
-        parser.error("the committed objects use the default selector: write a pack with "
-                     "another one elsewhere, with --out DIR")
+    if args.out is None and (args.exporter_selector, args.runbook_url) != (
+            EXPORTER_SELECTOR, RUNBOOKS_URL):
+        parser.error("the committed objects use the default settings: write a pack with "
+                     "others elsewhere, with --out DIR")
     if args.out is not None:
         if args.check:
             parser.error("--check compares the committed objects: no --out")
         args.out.mkdir(parents=True, exist_ok=True)
         for path in rule_files():
-            (args.out / path.name).write_text(render_rule_file(path, args.exporter_selector))
-        for path, (api_version, kind) in OUTPUTS.items():
             (args.out / path.name).write_text(
-                render(api_version, kind, exporter_selector=args.exporter_selector))
+                render_rule_file(path, args.exporter_selector, args.runbook_url))
+        for path, (api_version, kind) in OUTPUTS.items():
+            (args.out / path.name).write_text(render(
+                api_version, kind, exporter_selector=args.exporter_selector,
+                runbooks=args.runbook_url))
         return 0
     stale = []
+    # The runbook links of alerts/ first (the objects are rendered from those files).
+    for path in runbook_sources():
+        text = with_runbook_links(path.read_text())
+        if path.read_text() != text:
+            if args.check:
+                stale.append(path)
+            else:
+                path.write_text(text)
     for path, (api_version, kind) in OUTPUTS.items():
         text = render(api_version, kind)
         if args.check:

@@ -51,7 +51,8 @@ def _promtool_test(pack: Path) -> subprocess.CompletedProcess[str]:
     """The exporter alerts' unit tests with the job renamed, run against `pack`."""
     tests = pack / "tests"
     tests.mkdir(exist_ok=True)
-    text, n = re.subn(r"gpu-exporter\b", OTHER_JOB, EXPORTER_TESTS.read_text())
+    # The job's name, not the project's in the runbook links' URL.
+    text, n = re.subn(r"(?<!/)gpu-exporter\b(?!/)", OTHER_JOB, EXPORTER_TESTS.read_text())
     assert n >= 8, n  # series, expected labels and annotations
     (tests / EXPORTER_TESTS.name).write_text(text)
     return subprocess.run([require_tool("promtool"), "test", "rules", EXPORTER_TESTS.name],

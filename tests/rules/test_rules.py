@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +15,7 @@ import pytest
 import yaml
 
 from gpu_exporter.catalogue import BY_NAME, Kind
-from tests.helpers import require_tool
+from tests.helpers import REPO, require_tool
 from tests.rules.promql import family_names, strip_histogram_suffix
 from tests.rules.rulefiles import (
     RULE_FILES,
@@ -76,8 +78,9 @@ def test_unit_tests_fail_on_a_wrong_annotation(tmp_path: Path) -> None:
                     ignore=shutil.ignore_patterns("*.md"))
     copy = tmp_path / "alerts" / "tests" / src.name
     text = copy.read_text()
-    assert "runbook_url: \"docs/runbooks.md#" in text
-    copy.write_text(text.replace('runbook_url: "docs/runbooks.md#', 'runbook_url: "docs/x.md#', 1))
+    link = re.search(r'runbook_url: "https://[^"#]+#', text)
+    assert link, "the unit tests expect no runbook link"
+    copy.write_text(text.replace(link.group(), 'runbook_url: "docs/x.md#', 1))
     res = subprocess.run([require_tool("promtool"), "test", "rules", copy.name],
                          cwd=copy.parent, capture_output=True, text=True, timeout=120)
     assert res.returncode != 0, res.stdout
@@ -118,18 +121,46 @@ def _anchors(markdown: str) -> set[str]:
 
 
 def test_every_alert_has_labels_annotations_and_a_runbook() -> None:
-    anchors = _anchors(RUNBOOKS.read_text())
     for rule in load_rules():
         if not rule.alert:
             continue
         assert rule.labels.get("severity") in SEVERITIES, rule.alert
         assert rule.labels.get("category") in CATEGORIES, rule.alert
         assert set(rule.annotations) >= ANNOTATIONS, rule.alert
-        url = rule.annotations["runbook_url"]
-        path, _, anchor = url.partition("#")
-        assert path == "docs/runbooks.md", url
-        assert anchor == rule.alert.lower(), url
-        assert anchor in anchors, f"{url}: no such heading in docs/runbooks.md"
+
+
+def test_every_runbook_link_is_absolute_and_its_anchor_exists() -> None:
+    """Clickable where on-call reads it (Alertmanager, Grafana): absolute, into the one
+    base URL of pyproject.toml's Documentation, at a heading of docs/runbooks.md."""
+    with open(REPO / "pyproject.toml", "rb") as f:
+        docs = tomllib.load(f)["project"]["urls"]["Documentation"].rstrip("/")
+    assert re.match(r"https://[^/]+/", docs), docs
+    anchors = _anchors(RUNBOOKS.read_text())
+    links = [(rule.alert, rule.annotations.get("runbook_url", ""))
+             for rule in load_rules() if rule.alert]
+    for path in UNIT_TEST_FILES:  # the annotations the unit tests expect, too
+        links += [(path.name, url) for url in re.findall(r'runbook_url: "?([^"\s]+)',
+                                                          path.read_text())]
+    assert len(links) > 20
+    for where, url in links:
+        base, _, anchor = url.partition("#")
+        assert base == f"{docs}/runbooks.md", (where, url)
+        assert anchor in anchors, f"{where}: {url}: no such heading in docs/runbooks.md"
+        if not where.endswith(".yml"):
+            assert anchor == where.lower(), url
+
+
+def test_a_pack_rendered_with_another_runbook_url_links_there(tmp_path: Path) -> None:
+    res = subprocess.run([sys.executable, str(REPO / "scripts" / "gen-k8s-rules.py"),
+                          "--runbook-url", "https://wiki.example.com/gpu/runbooks",
+                          "--out", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    rendered = load_rules(sorted(tmp_path.glob("*.rules.yml")))
+    urls = [r.annotations["runbook_url"] for r in rendered if r.alert]
+    assert urls and all(u == f"https://wiki.example.com/gpu/runbooks#{u.split('#')[1]}"
+                        for u in urls), urls
+    for name in ("prometheusrule.yaml", "vmrule.yaml"):
+        assert "https://wiki.example.com/gpu/runbooks#gpudown" in (tmp_path / name).read_text()
 
 
 def test_uncorrected_ecc_is_critical_and_corrected_is_not() -> None:
