@@ -173,3 +173,25 @@ def check_golden(path: Path, got: str, what: str) -> None:
             want.splitlines(True), got.splitlines(True), str(path), what, n=1))
         raise AssertionError(f"{what} differs from {path.name} "
                              f"(UPDATE_GOLDEN=1 to accept):\n{diff[:6000]}")
+
+
+@contextmanager
+def world_readable_dir(prefix: str) -> Iterator[Path]:
+    """A folder under /tmp that any user may walk: pytest's tmp_path is private to root,
+    and `run_as_nobody` needs a path it can read."""
+    root = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    os.chmod(root, 0o755)
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root)
+
+
+def run_as_nobody(args: Sequence[str], timeout: float = 60
+                  ) -> subprocess.CompletedProcess[str]:
+    """The exporter run as the unprivileged user `nobody` (util-linux setpriv): root reads
+    any file, an exporter without privileges does not."""
+    setpriv = require_tool("setpriv")
+    return subprocess.run(
+        [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", EXPORTER, *args],
+        capture_output=True, text=True, timeout=timeout, env={**os.environ, "HOME": "/tmp"})

@@ -6,10 +6,7 @@ trees, a real gRPC server and a real unprivileged user."""
 from __future__ import annotations
 
 import os
-import shutil
 import socket
-import subprocess
-import tempfile
 from collections.abc import Iterator
 from concurrent import futures
 from pathlib import Path
@@ -18,7 +15,7 @@ import grpc
 import pytest
 
 from gpu_exporter.collectors import REGISTRY
-from tests.helpers import EXPORTER, parse, run_cli, value
+from tests.helpers import parse, run_as_nobody, run_cli, value, world_readable_dir
 from tests.processes.procfs import write_process
 from tests.sysfs.tree import FakeSysfs
 
@@ -104,14 +101,8 @@ def test_a_missing_proc_says_to_mount_the_hosts(tmp_path: Path) -> None:
 
 @pytest.fixture
 def world_readable() -> Iterator[Path]:
-    """pytest's tmp_path is private to root; an unprivileged exporter needs a path it can
-    walk."""
-    root = Path(tempfile.mkdtemp(prefix="gpu-exporter-proc-", dir="/tmp"))
-    os.chmod(root, 0o755)
-    try:
+    with world_readable_dir("gpu-exporter-proc-") as root:
         yield root
-    finally:
-        shutil.rmtree(root)
 
 
 def test_no_privilege_for_other_processes_says_which_capabilities(
@@ -121,12 +112,7 @@ def test_no_privilege_for_other_processes_says_which_capabilities(
         if d.is_dir():
             os.chmod(d, 0o755)
     os.chmod(procfs / "1" / "fd", 0o700)  # as the kernel shows another user's process
-    setpriv = shutil.which("setpriv")
-    assert setpriv, "setpriv (util-linux) is missing"
-    res = subprocess.run(
-        [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", EXPORTER, "doctor",
-         *flags(world_readable)],
-        capture_output=True, text=True, timeout=60, env={**os.environ, "HOME": "/tmp"})
+    res = run_as_nobody(["doctor", *flags(world_readable)])
     assert res.returncode == 0, res.stderr
     line, fix = line_and_fix(res.stdout.splitlines(), "processes.fdinfo")
     assert "unavailable" in line and "no permission to read other processes' open files" in line

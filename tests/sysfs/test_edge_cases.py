@@ -4,16 +4,23 @@ that leave and arrive while the exporter runs."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import EXPORTER, exporter, find, parse, promtool_check_metrics, value
+from tests.helpers import (
+    EXPORTER,
+    exporter,
+    find,
+    parse,
+    promtool_check_metrics,
+    run_as_nobody,
+    value,
+    world_readable_dir,
+)
 from tests.sysfs.conftest import dump, gpu_series, only_sysfs_collectors
 from tests.sysfs.tree import FakeSysfs
 
@@ -106,14 +113,8 @@ def test_fifo_and_directory_instead_of_a_file(sysfs: FakeSysfs, procfs: Path) ->
 
 @pytest.fixture
 def world_readable_tree() -> Iterator[FakeSysfs]:
-    """pytest's tmp_path is private to root; an unprivileged reader needs a path it can
-    walk."""
-    root = Path(tempfile.mkdtemp(prefix="gpu-exporter-sysfs-", dir="/tmp"))
-    os.chmod(root, 0o755)
-    try:
+    with world_readable_dir("gpu-exporter-sysfs-") as root:
         yield FakeSysfs(root / "sys")
-    finally:
-        shutil.rmtree(root)
 
 
 def test_permission_denied(world_readable_tree: FakeSysfs) -> None:
@@ -126,12 +127,7 @@ def test_permission_denied(world_readable_tree: FakeSysfs) -> None:
     os.chmod(sysfs.root.parent, 0o755)
     for name in ("mem_info_vram_used", "hwmon/hwmon5/power1_average"):
         os.chmod(a / name, 0)
-    setpriv = shutil.which("setpriv")
-    assert setpriv, "setpriv (util-linux) is missing"
-    res = subprocess.run(
-        [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", EXPORTER, "dump",
-         *only_sysfs_collectors(sysfs.root, procfs)],
-        capture_output=True, text=True, timeout=60, env={**os.environ, "HOME": "/tmp"})
+    res = run_as_nobody(["dump", *only_sysfs_collectors(sysfs.root, procfs)])
     assert res.returncode == 0, res.stderr
     s = parse(res.stdout)
     card = gpu_series(s, A)
