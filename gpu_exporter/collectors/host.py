@@ -4,10 +4,10 @@ filesystems, disks and network interfaces."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from gpu_exporter import catalogue as c
-from gpu_exporter.collectors.base import Availability, Collector, Sink
+from gpu_exporter.collectors.base import Availability, Collector, Feature, Sink
 from gpu_exporter.flagtypes import regex
 from gpu_exporter.readers import host
 from gpu_exporter.records import Direction
@@ -38,6 +38,8 @@ class HostCollector(Collector):
     help = "CPU, memory, filesystem, disk and network-interface metrics of the host."
     options = (FS_TYPES_OPTION, MOUNTPOINTS_OPTION, DISKS_OPTION, INTERFACES_OPTION)
 
+    _netlink: host.NetlinkInterfaces | None = None
+
     def start(self) -> Availability:
         opt = self.settings.get
         self._fs_types = _compile(opt(FS_TYPES_OPTION))
@@ -45,13 +47,27 @@ class HostCollector(Collector):
         self._disks = _compile(opt(DISKS_OPTION))
         self._interfaces = _compile(opt(INTERFACES_OPTION))
         self._cpu_before: host.CpuTimes | None = None
+        procfs = self.settings.procfs
+        problem = host.procfs_problem(procfs)
+        if problem:
+            # CPU, memory, disks and mounts all come from there: nothing to report.
+            return Availability.unavailable(problem, (
+                f"point --path.procfs (now {procfs}) at a procfs: the host's /proc, in a "
+                "container mounted read-only (docker -v /proc:/host/proc:ro, Kubernetes a "
+                "hostPath volume)"))
         try:
-            self._netlink: host.NetlinkInterfaces | None = host.NetlinkInterfaces()
-            reason = ""
+            self._netlink = host.NetlinkInterfaces()
+            self._network_state = Availability.enabled()
         except OSError as exc:
             self._netlink = None
-            reason = f"network interfaces unavailable: netlink: {exc}"
-        return Availability.enabled(reason)
+            self._network_state = Availability.unavailable(
+                f"netlink: {exc}", "allow AF_NETLINK sockets (systemd: "
+                "RestrictAddressFamilies= lists AF_NETLINK; a seccomp profile must not "
+                "refuse socket(AF_NETLINK))")
+        return Availability.enabled()
+
+    def features(self) -> Sequence[Feature]:
+        return [Feature("network", self._network_state)]
 
     def close(self) -> None:
         if self._netlink is not None:

@@ -87,6 +87,18 @@ def _psutil_procfs(procfs: str) -> Iterator[None]:
             psutil.PROCFS_PATH = default
 
 
+def procfs_problem(procfs: str) -> str | None:
+    """Why `procfs` cannot give the host's CPU, memory and disk counters, or None."""
+    try:
+        with open(os.path.join(procfs, "stat"), "rb") as f:
+            first = f.readline()
+    except OSError as exc:
+        return f"cannot read {procfs}/stat: {exc.strerror or exc}"
+    if not first.startswith(b"cpu "):
+        return f"{procfs} is not a procfs: its stat file has no cpu line"
+    return None
+
+
 def read_cpu_times(procfs: str = "/proc") -> CpuTimes:
     with _psutil_procfs(procfs):
         t = psutil.cpu_times()

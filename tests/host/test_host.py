@@ -315,3 +315,35 @@ def test_memory_and_cpu_come_from_the_given_procfs_and_psutil_is_left_alone(
     assert cpu.busy_seconds == pytest.approx(150 / ticks)
     assert psutil.PROCFS_PATH == "/proc"
     assert host.read_memory().total_bytes == psutil.virtual_memory().total
+
+
+@pytest.mark.parametrize("where", ["missing", "not a procfs"])
+def test_a_procfs_that_cannot_be_read_makes_host_unavailable_with_the_fix(
+        where: str, tmp_path: Path) -> None:
+    procfs = "/nonexistent" if where == "missing" else str(tmp_path)
+    (tmp_path / "stat").write_text("not the kernel's\n")
+    args = [f"--path.procfs={procfs}", *HOST_ONLY, "--no-collector.nvidia",
+            "--no-collector.amd", "--no-collector.intel"]
+    res = run_cli([*args, "doctor"])
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("host "))
+    assert lines[at].split()[1] == "unavailable" and procfs in lines[at], res.stdout
+    assert "fix:" in lines[at + 1] and "--path.procfs" in lines[at + 1], res.stdout
+    # Served the same way: a feature state, no collector claiming success, no values.
+    res = run_cli([*args, "dump"])
+    assert res.returncode == 0, res.stderr
+    series = parse(res.stdout)
+    states = {s.labels["state"]: s.value for s in find(series, "gpu_exporter_feature_status")
+              if s.labels["feature"] == "host"}
+    assert states == {"enabled": 0, "unavailable": 1, "disabled": 0}, states
+    assert not [s for s in find(series, "gpu_exporter_collector_success")
+                if s.labels["collector"] == "host"]
+    assert not [s for s in series if s.name.startswith("system_")]
+
+
+def test_network_interfaces_are_a_feature_of_their_own(exp: Exporter) -> None:
+    series = parse(exp.scrape())
+    states = {s.labels["state"]: s.value for s in find(series, "gpu_exporter_feature_status")
+              if s.labels["feature"] == "host.network"}
+    assert states == {"enabled": 1, "unavailable": 0, "disabled": 0}, states
