@@ -1,4 +1,4 @@
-"""Command line: `gpu-exporter [serve]`, `dump`, `doctor`.
+"""Command line: `gpu-exporter [serve]`, `dump`, `doctor`, `check`.
 
 Every flag can also come from the environment as GPU_EXPORTER_<NAME> (upper case, dots
 and dashes to underscores): `--scrape.timeout` is GPU_EXPORTER_SCRAPE_TIMEOUT.
