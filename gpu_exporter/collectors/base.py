@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeVar, cast
 
@@ -72,6 +72,12 @@ class Feature:
     hw_id: str | None = None
 
 
+def device_features(name: str, states: Mapping[str, Availability]) -> list[Feature]:
+    """A feature of several devices (states by hw_id): one entry while every device is
+    in the same state, else one per device, with its hw_id."""
+    if len(set(states.values())) <= 1:
+        return [Feature(name, a) for a in list(states.values())[:1]]
+    return [Feature(name, a, hw_id) for hw_id, a in sorted(states.items())]
 
 
 class _Once:

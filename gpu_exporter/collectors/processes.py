@@ -9,18 +9,30 @@ a kubelet the others still report.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from gpu_exporter import catalogue as c
-from gpu_exporter.collectors.base import Availability, Collector, Feature, Sink
+from gpu_exporter.collectors.base import (
+    Availability,
+    Collector,
+    Feature,
+    Sink,
+    device_features,
+)
 from gpu_exporter.collectors.sysfs_gpus import drm_clients
 from gpu_exporter.labels import PodLabels, ProcessLabels
+from gpu_exporter.nvml import processes as nvml_processes
+from gpu_exporter.nvml import stack as nvml_stack
+from gpu_exporter.nvml.calls import NvmlGone, NvmlUnavailable
+from gpu_exporter.nvml.lanes import Lanes, Run
+from gpu_exporter.nvml.stack import Session, StackBusy
 from gpu_exporter.readers import fdinfo
-from gpu_exporter.readers.nvidia_processes import NvidiaProcessReader, NvmlUnavailable
 from gpu_exporter.readers.podresources import (
     DEFAULT_SOCKET,
     ContainerRef,
@@ -43,6 +55,8 @@ DEVICE_LABELS_OPTION = Option(
     "allocated to on that GPU's device series.", is_flag=True)
 # Never wait longer than this on the kubelet, whatever the scrape timeout.
 _KUBELET_TIMEOUT = 2.0
+# NVML reads must end this long before the scrape deadline (see collectors/nvidia.py).
+_RETURN_MARGIN_SECONDS = 0.15
 NO_DRM_CARD = Availability.disabled(
     "no amdgpu, i915 or xe card: no DRM clients to read (NVIDIA processes come from NVML)")
 
@@ -67,10 +81,17 @@ class ProcessesCollector(Collector):
         self._socket = self.settings.get(SOCKET_OPTION)
         self._device_labels = self.settings.get(DEVICE_LABELS_OPTION)
         self._kubelet = PodResourcesClient(self._socket)
-        self._nvidia: NvidiaProcessReader | None = None
-        self._nvml_tried = 0.0
+        self._nvml = nvml_stack.attach(self.settings)
+        self._lanes: Lanes[int, nvml_processes.DeviceProcesses] = Lanes("processes")
+        # Per GPU (hw_id) of the current NVML session: what its utilization sampling learnt.
+        self._sampling: dict[str, nvml_processes.UtilizationState] = {}
+        self._generation = -1
         self._features: dict[str, Availability] = {}
-        self._try_nvml()
+        # Unavailable: the state says why; tried again every retry interval.
+        with contextlib.suppress(NvmlUnavailable, StackBusy):
+            self._nvml.session(time.monotonic() + self.settings.scrape_timeout_seconds,
+                               force=True, wait=True)
+        self._features["nvml"] = self._nvml.nvml_state()
         self._kubelet_state(socket_problem(self._socket))
         self._procfs_checked = time.monotonic()
         self._procfs_problem = fdinfo.procfs_problem(self.settings.procfs)
@@ -81,18 +102,15 @@ class ProcessesCollector(Collector):
         ))
 
     def features(self) -> Sequence[Feature]:
-        return [Feature(name, a) for name, a in self._features.items()]
-
-    def _try_nvml(self) -> None:
-        self._nvml_tried = time.monotonic()
-        reader = NvidiaProcessReader()
-        try:
-            reader.start()
-        except NvmlUnavailable as exc:
-            self._features["nvml"] = Availability.unavailable(str(exc))
-            return
-        self._nvidia = reader
-        self._features["nvml"] = Availability.enabled()
+        out = [Feature(name, a) for name, a in self._features.items()]
+        session = self._nvml.current
+        if session is not None and not session.gone:
+            out.extend(device_features("nvml_utilization", {
+                d.identity.key: (self._sampling[d.identity.key].availability
+                                 if d.identity.key in self._sampling
+                                 else d.process_utilization or Availability.enabled())
+                for _, d in sorted(session.devices.items())}))
+        return out
 
     def _kubelet_state(self, problem: Unreadable | None) -> None:
         if problem is None:
@@ -121,20 +139,20 @@ class ProcessesCollector(Collector):
             else Availability.enabled(f"DRM fdinfo under {self.settings.procfs}"))
 
     def close(self) -> None:
-        if self._nvidia is not None:
-            self._nvidia.close()
-            self._nvidia = None
+        nvml_stack.detach(self._nvml)
+        self._lanes.close()
         self._kubelet.close()
 
     # -- one scrape --------------------------------------------------------------------
     def collect(self, sink: Sink) -> None:
-        if (self._nvidia is None
-                and time.monotonic() - self._nvml_tried >= self.settings.retry_interval_seconds):
-            self._try_nvml()
+        # NVML's process calls run in lanes meanwhile: a GPU hung in one of them costs
+        # only its own processes, not the kubelet's answer or the AMD/Intel clients.
+        nvidia = self._start_nvidia(sink)
         pods = self._pods(sink)
         usage: dict[tuple[str, int], _Usage] = {}
-        self._collect_nvidia(sink, usage)
         self._collect_fdinfo(sink, usage)
+        if nvidia is not None:
+            self._finish_nvidia(sink, *nvidia, usage)
         infos = self._table.lookup_many(pid for _, pid in usage)
         self._table.prune()
         uid_pods = _pods_by_uid(usage, infos, pods)
@@ -177,17 +195,66 @@ class ProcessesCollector(Collector):
                 "the exporter asks again every scrape")
             return None
 
-    def _collect_nvidia(self, sink: Sink, usage: dict[tuple[str, int], _Usage]) -> None:
-        if self._nvidia is None:
-            return
-        reading = self._nvidia.read()
-        for key, message in reading.failures:
-            sink.fail(key, message)
+    def _start_nvidia(
+        self, sink: Sink
+    ) -> tuple[Session, Run[int, nvml_processes.DeviceProcesses]] | None:
+        """Starts reading every NVIDIA GPU's processes; None without NVML."""
+        try:
+            session = self._nvml.session(sink.deadline - _RETURN_MARGIN_SECONDS)
+        except NvmlUnavailable:
+            self._features["nvml"] = self._nvml.nvml_state()
+            return None
+        except StackBusy as exc:
+            sink.fail("nvml:busy", str(exc))
+            return None
+        self._features["nvml"] = self._nvml.nvml_state()
+        if session.generation != self._generation:
+            self._generation = session.generation
+            self._sampling = {}
+        jobs = []
+        for index, dev in sorted(session.devices.items()):
+            state = self._sampling.get(dev.identity.key)
+            if state is None:
+                state = self._sampling[dev.identity.key] = nvml_processes.UtilizationState(
+                    dev.process_utilization or Availability.enabled())
+            jobs.append((index, partial(nvml_processes.read, dev, state)))
+        return session, self._lanes.start(jobs)
+
+    def _finish_nvidia(self, sink: Sink, session: Session,
+                       run: Run[int, nvml_processes.DeviceProcesses],
+                       usage: dict[tuple[str, int], _Usage]) -> None:
+        results = run.finish(sink.deadline - _RETURN_MARGIN_SECONDS)
         running: set[tuple[str, int]] = set()
-        for p in reading.processes:
-            running.add((p.device, p.pid))
-            usage.setdefault((p.device, p.pid), _Usage()).memory_bytes = p.memory_bytes
-        for u in reading.utilization:
+        utilization: list[nvml_processes.ProcessUtilization] = []
+        for index, dev in sorted(session.devices.items()):
+            key = dev.identity.key
+            if index in run.busy:
+                sink.fail(f"{key}:busy", f"GPU {key} is still stuck in an NVML process call "
+                                         "from an earlier scrape")
+                continue
+            if index not in results:
+                sink.fail(f"{key}:timeout", f"GPU {key} did not answer its NVML process "
+                                            "calls within the scrape timeout")
+                continue
+            result, error = results[index]
+            if isinstance(error, NvmlGone):
+                self._nvml.lost(session, error)
+                self._features["nvml"] = self._nvml.nvml_state()
+                continue
+            if isinstance(error, Exception):
+                sink.fail(f"{key}:{type(error).__name__}", f"processes on GPU {key}: {error}")
+                continue
+            if error is not None:
+                raise error
+            if result is None:
+                continue
+            for fkey, message in result.failures:
+                sink.fail(fkey, message)
+            for p in result.processes:
+                running.add((p.device, p.pid))
+                usage.setdefault((p.device, p.pid), _Usage()).memory_bytes = p.memory_bytes
+            utilization.extend(result.utilization)
+        for u in utilization:
             # Samples of a process that has exited since are not reported: it is gone.
             if (u.device, u.pid) in running:
                 usage[(u.device, u.pid)].utilization = dict(u.utilization_ratio)

@@ -3,9 +3,7 @@ a given number of GPU processes spread over them, and a per-call NVML delay."""
 
 from __future__ import annotations
 
-import ctypes
 import gc
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,6 +16,7 @@ from gpu_exporter.ebpf.reading import CudaActivity, Launches
 from gpu_exporter.exporter import GpuExporterCollector, make_registry
 from gpu_exporter.settings import Settings
 from tests.fake_nvml import scenario as fake
+from tests.fake_nvml.scenario import load_in_process
 
 GIB = 1024**3
 
@@ -34,21 +33,6 @@ def scenario(gpus: int, processes: int = 200, call_delay_us: int = 0) -> fake.Sc
         dev = devices[p % gpus]
         dev.processes.append(("compute", 100_000 + p, (p % 40 + 1) * GIB // 4, None, None))
     return fake.Scenario(devices=devices, call_delay_us=call_delay_us)
-
-
-_loaded: Path | None = None
-
-
-def load_in_process(scenario_path: Path) -> Path:
-    """Make this process's pynvml use the fake: load it by path first (dlopen then
-    finds it by its soname, libnvidia-ml.so.1, when pynvml asks for that name)."""
-    global _loaded
-    os.environ[fake.ENV_VAR] = str(scenario_path)
-    if _loaded is None:
-        lib_dir = fake.build()
-        ctypes.CDLL(str(lib_dir / fake.SONAME), mode=ctypes.RTLD_GLOBAL)
-        _loaded = lib_dir
-    return _loaded
 
 
 # The collectors a scrape of this node runs in process: the NVML device reader and the
@@ -82,6 +66,13 @@ def cuda_activity(series: int) -> CudaActivity:
 class RecordedActivity:
     """Stands where the eBPF collector keeps its probe engine: read() returns one
     CudaActivity record (the engine's output type), close() has nothing to detach."""
+
+    # What the collector's feature states read off its engine: probes on a kernel that
+    # detaches them in bulk, processes tracked as they exec.
+    mechanism = "uprobe_multi"
+    wanted_mechanism = "auto"
+    mechanism_problem: str | None = None
+    tracking_problem: str | None = None
 
     def __init__(self, activity: CudaActivity) -> None:
         self.activity = activity

@@ -15,7 +15,6 @@ from prometheus_client.exposition import generate_latest
 from gpu_exporter.collectors.nvidia import NvidiaCollector
 from gpu_exporter.exporter import GpuExporterCollector, make_registry
 from gpu_exporter.settings import Settings
-from tests.bench import fleet
 from tests.fake_nvml import scenario as fake
 from tests.helpers import find, parse
 
@@ -26,7 +25,7 @@ def test_nvidia_collect_and_render_8_gpus(
 ) -> None:
     sc = fake.h100x8()
     sc.call_delay_us = call_delay_us
-    fleet.load_in_process(sc.write(tmp_path / "h100x8.scenario"))
+    fake.load_in_process(sc.write(tmp_path / "h100x8.scenario"))
     settings = Settings(scrape_timeout_seconds=30.0, enabled_collectors=frozenset({"nvidia"}))
     exporter = GpuExporterCollector(settings, [NvidiaCollector])
     try:

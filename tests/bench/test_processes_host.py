@@ -16,6 +16,7 @@ from gpu_exporter.collectors.processes import ProcessesCollector
 from gpu_exporter.settings import Settings
 from tests.bench import fleet
 from tests.bench.conftest import Results
+from tests.fake_nvml import scenario as fake
 from tests.processes.kubelet import Container, Pod, kubelet
 from tests.processes.procfs import write_process
 
@@ -38,7 +39,7 @@ def _collect(collector: Any, name: str) -> Sink:
 
 def test_processes_collect(benchmark: Any, results: Results, tmp_path: Path) -> None:
     sc = fleet.scenario(8, PROCESSES)
-    fleet.load_in_process(sc.write(tmp_path / "node.scenario"))
+    fake.load_in_process(sc.write(tmp_path / "node.scenario"))
     cgroup = (f"0::/kubepods.slice/kubepods-pod{UID.replace('-', '_')}.slice/"
               f"cri-containerd-{'a1' * 32}.scope\n")
     for p in range(PROCESSES):

@@ -106,8 +106,6 @@ def test_breakdown(benchmark: Any, results: Results, tmp_path: Path) -> None:
         slots = exporter._slots  # the collectors as the exporter runs them
         nvidia, processes = slots["nvidia"].collector, slots["processes"].collector
         ebpf = slots["ebpf"].collector
-        nvml_processes = processes._nvidia  # the collector's own NVML process reader
-        assert nvml_processes is not None
         table = ProcessTable("/proc")
         sinks = {n: Sink(n, time.monotonic() + 60) for n in slots}
         for n, s in sinks.items():
@@ -120,7 +118,7 @@ def test_breakdown(benchmark: Any, results: Results, tmp_path: Path) -> None:
                 Sink("processes", time.monotonic() + 60)),
             "ebpf_collect": lambda: ebpf.collect(Sink("ebpf", time.monotonic() + 60)),
             "processes_proc_lookups": lambda: table.lookup_many(pids),
-            "processes_nvml": nvml_processes.read,
+            "processes_nvml": lambda: _nvml_processes(processes),
             "merge": lambda: exporter._render(sinks, ok, took),
             "render": lambda: generate_latest(prebuilt),
             "floor_nvml": lambda: floor.replay(rec.calls),
@@ -145,3 +143,13 @@ def test_breakdown(benchmark: Any, results: Results, tmp_path: Path) -> None:
         + values["render"])
     benchmark.extra_info.update(values)
     results.put("breakdown", "8gpu-200proc-0us", values)
+
+
+def _nvml_processes(processes: Any) -> None:
+    """The processes collector's NVML part alone: every GPU's process calls, in lanes."""
+    from gpu_exporter.collectors.base import Sink
+
+    sink = Sink("processes", time.monotonic() + 60)
+    started = processes._start_nvidia(sink)
+    assert started is not None
+    processes._finish_nvidia(sink, *started, {})

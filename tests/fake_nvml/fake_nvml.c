@@ -196,7 +196,8 @@ static nvmlReturn_t code_of(const char *name) {
         {"NO_PERMISSION", 4}, {"NOT_FOUND", 6}, {"INSUFFICIENT_SIZE", 7},
         {"INSUFFICIENT_POWER", 8}, {"DRIVER_NOT_LOADED", 9}, {"TIMEOUT", 10},
         {"IRQ_ISSUE", 11}, {"LIBRARY_NOT_FOUND", 12}, {"CORRUPTED_INFOROM", 14},
-        {"GPU_IS_LOST", 15}, {"RESET_REQUIRED", 16}, {"UNKNOWN", 999},
+        {"FUNCTION_NOT_FOUND", 13}, {"GPU_IS_LOST", 15}, {"RESET_REQUIRED", 16},
+        {"LIB_RM_VERSION_MISMATCH", 18}, {"ARGUMENT_VERSION_MISMATCH", 25}, {"UNKNOWN", 999},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!strcmp(names[i].n, name)) return names[i].c;
@@ -552,6 +553,17 @@ nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t dev, int error_type, int c
     return ull_of(s, error_type == 0 ? "ecc_corrected" : "ecc_uncorrected", count);
 }
 
+/* `ecc_mode 0/1`: current and pending mode; no key = a board without ECC memory. */
+nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t dev, int *current_mode, int *pending) {
+    DEVICE("nvmlDeviceGetEccMode");
+    unsigned long long mode;
+    if (!current_mode || !pending) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!get_ull(s, "ecc_mode", &mode)) return NVML_ERROR_NOT_SUPPORTED;
+    *current_mode = (int)mode;
+    *pending = (int)mode;
+    return NVML_SUCCESS;
+}
+
 nvmlReturn_t nvmlDeviceGetPcieReplayCounter(nvmlDevice_t dev, unsigned int *v) {
     DEVICE("nvmlDeviceGetPcieReplayCounter");
     return uint_of(s, "pcie_replay", v);
@@ -783,7 +795,24 @@ nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t dev, unsigned long long types
     return NVML_SUCCESS;
 }
 
-/* Delivers `xid <code>` lines of registered devices, each once, in file order. */
+/* `hang`/`error` lines naming `fn` in a device section, for calls that are not on one
+ * device (the event wait serves every device registered in its set). Unlike inject(),
+ * a lost device does not fail the call. */
+static nvmlReturn_t inject_shared(const section_t *s, const char *fn) {
+    for (int i = 0; i < s->n; i++) {
+        const kv_t *kv = &s->kv[i];
+        char name[128], arg[64];
+        if (strcmp(kv->key, "hang") && strcmp(kv->key, "error")) continue;
+        if (sscanf(kv->val, "%127s %63s", name, arg) != 2 || strcmp(name, fn)) continue;
+        if (!strcmp(kv->key, "hang")) sleep_us((unsigned long long)(atof(arg) * 1e6));
+        else return code_of(arg);
+    }
+    return NVML_SUCCESS;
+}
+
+/* Delivers `xid <code>` lines of registered devices, each once, in file order. A
+ * registered device with `hang nvmlEventSetWait_v2 <s>` (or `error ...`) makes the wait
+ * hang (or fail) as a driver stuck on that GPU would. */
 nvmlReturn_t nvmlEventSetWait_v2(event_set_t *set, nvmlEventData_t *data,
                                  unsigned int timeout_ms) {
     if (!set || !data) return NVML_ERROR_INVALID_ARGUMENT;
@@ -793,6 +822,10 @@ nvmlReturn_t nvmlEventSetWait_v2(event_set_t *set, nvmlEventData_t *data,
         scenario_t *sc;
         nvmlReturn_t r = enter(&sc);
         if (r) return r;
+        for (int d = 0; d < sc->ndev; d++) {
+            if (!(set->mask[d] & EVENT_XID)) continue;
+            if ((r = inject_shared(&sc->dev[d], "nvmlEventSetWait_v2"))) return r;
+        }
         pthread_mutex_lock(&lock);
         for (int d = 0; d < sc->ndev; d++) {
             if (!(set->mask[d] & EVENT_XID)) continue;

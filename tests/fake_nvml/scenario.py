@@ -7,6 +7,7 @@ needs to lose a GPU, hang a call or load the driver while the exporter runs.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import os
 import shutil
@@ -326,6 +327,22 @@ def build(out_dir: Path | None = None, omit: Iterable[str] = ()) -> Path:
     assert res.returncode == 0, f"building the fake NVML failed:\n{res.stderr}"
     os.replace(part, lib)
     return lib_dir
+
+
+_loaded: Path | None = None
+
+
+def load_in_process(scenario_path: Path) -> Path:
+    """Make this process's pynvml use the fake (benchmarks, reader tests): load it by
+    path first (dlopen then finds it by its soname, libnvidia-ml.so.1, when pynvml asks
+    for that name)."""
+    global _loaded
+    os.environ[ENV_VAR] = str(scenario_path)
+    if _loaded is None:
+        lib_dir = build()
+        ctypes.CDLL(str(lib_dir / SONAME), mode=ctypes.RTLD_GLOBAL)
+        _loaded = lib_dir
+    return _loaded
 
 
 def env(lib_dir: Path | None, scenario_path: Path | None) -> Mapping[str, str]:

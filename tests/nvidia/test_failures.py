@@ -34,6 +34,15 @@ def wait_for(
         time.sleep(0.1)
 
 
+def scrape_within(exp: Exporter, seconds: float) -> list[Series]:
+    """One scrape, which must answer within `seconds`: a hung call must not hold it."""
+    started = time.monotonic()
+    s = parse(exp.scrape())
+    elapsed = time.monotonic() - started
+    assert elapsed < seconds, f"the scrape took {elapsed:.2f}s"
+    return s
+
+
 def threads(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("Threads:"):
@@ -90,12 +99,9 @@ def test_hung_call_cannot_hang_the_scrape(fake_lib: Path, tmp_path: Path) -> Non
     sc.devices[3].hangs["nvmlDeviceGetPowerUsage"] = 4.0
     with running(fake_lib, sc, tmp_path, ["--scrape.timeout=1"]) as exp:
         counts = []
-        for n in range(8):
-            started = time.monotonic()
-            s = parse(exp.scrape())
-            elapsed = time.monotonic() - started
+        for _ in range(8):
             # The call hangs 4 s; the scrape must come back within its 1 s timeout.
-            assert elapsed < 1.5, f"scrape {n} took {elapsed:.2f}s"
+            s = scrape_within(exp, 1.5)
             assert value(s, "hw_gpu_up", hw_id=uuid(3)) == 0
             assert find(s, "hw_gpu_info", hw_id=uuid(3))  # identity from discovery
             for i in set(range(8)) - {3}:
@@ -152,18 +158,24 @@ def test_library_absent(tmp_path: Path) -> None:
     promtool_check_metrics(text)
 
 
-def test_doctor_says_why(fake_lib: Path, tmp_path: Path) -> None:
+def test_doctor_says_why_and_what_to_do(fake_lib: Path, tmp_path: Path) -> None:
     sc = fake.h100x8()
-    for code, reason in (("DRIVER_NOT_LOADED", "NVIDIA driver not loaded"),
-                         ("NO_PERMISSION", "no permission to use NVML")):
+    for code, reason, fix in (
+        ("DRIVER_NOT_LOADED", "NVIDIA driver not loaded", "modprobe nvidia"),
+        ("NO_PERMISSION", "no permission to use NVML", "/dev/nvidiactl"),
+        ("LIB_RM_VERSION_MISMATCH", "versions differ", "reboot"),
+    ):
         sc.init_error = code
         path = sc.write(tmp_path / "gpus.scenario")
         res = run_cli(["doctor", *nvidia_only()], env=fake.env(fake_lib, path))
         assert res.returncode == 0, res.stderr
-        assert reason in res.stdout
+        lines = res.stdout.splitlines()
+        at = next(i for i, x in enumerate(lines) if x.startswith("nvidia "))
+        assert "unavailable" in lines[at] and reason in lines[at], res.stdout
+        assert "fix:" in lines[at + 1] and fix in lines[at + 1], res.stdout
     path = fake.Scenario(devices=[]).write(tmp_path / "none.scenario")
     res = run_cli(["doctor", *nvidia_only()], env=fake.env(fake_lib, path))
-    assert "no NVIDIA device" in res.stdout
+    assert "NVML lists no NVIDIA GPU" in res.stdout and "--gpus all" in res.stdout
     sc.init_error = None
     path = sc.write(tmp_path / "gpus.scenario")
     res = run_cli(["doctor", *nvidia_only()], env=fake.env(fake_lib, path))
@@ -246,8 +258,13 @@ def test_gpu_hanging_at_discovery_delays_nothing(fake_lib: Path, tmp_path: Path)
         s = parse(exp.scrape())
         # start-up waited one scrape timeout for GPU 2, not its 3 s hang
         assert time.monotonic() - started < 3.0
-        assert sorted(x.labels["hw_id"] for x in find(s, "hw_gpu_up")) == \
+        assert sorted(x.labels.get("hw_id", "") for x in find(s, "hw_gpu_up") if x.value) == \
             sorted(uuid(i) for i in range(8) if i != 2)
+        # GPU 2 is down, known by the PCI address it gave before its UUID call hung
+        hung = find(s, "hw_gpu_up", gpu_pci_address="0000:3a:00.0")
+        assert [(x.value, x.labels["gpu_index"], "hw_id" in x.labels) for x in hung] == \
+            [(0, "2", False)]
+        assert not find(s, "hw_status", gpu_pci_address="0000:3a:00.0")  # unknown, not ok
         assert value(s, "gpu_exporter_collector_success", collector="nvidia") == 0
         sc.devices[2].hangs.clear()
         sc.write()
@@ -256,3 +273,23 @@ def test_gpu_hanging_at_discovery_delays_nothing(fake_lib: Path, tmp_path: Path)
         assert value(s, "hw_gpu_up", hw_id=uuid(2), gpu_index="2") == 1
         assert full(s, uuid(2))
         assert value(s, "gpu_exporter_collector_success", collector="nvidia") == 1
+
+
+def test_xid_events_are_counted_once_a_stuck_event_wait_returns(
+    fake_lib: Path, tmp_path: Path
+) -> None:
+    sc = fake.h100x8()
+    with running(fake_lib, sc, tmp_path, ["--scrape.timeout=1"]) as exp:
+        parse(exp.scrape())
+        sc.devices[2].hangs["nvmlEventSetWait_v2"] = 2.0
+        sc.devices[6].xids = [31]
+        sc.write()
+        started = time.monotonic()
+        s = parse(exp.scrape())
+        assert time.monotonic() - started < 1.5  # the wait is no part of a scrape
+        assert all(full(s, uuid(i)) for i in range(8))
+        sc.devices[2].hangs.clear()
+        sc.write()
+        s = wait_for(exp, lambda s: value(s, "hw_errors_total", hw_id=uuid(6),
+                                          error_type="xid") == 1, timeout=10)
+        assert value(s, "hw_gpu_xid_errors_total", hw_id=uuid(6), xid="31") == 1

@@ -94,11 +94,6 @@ def only_gpu_and_processes() -> list[str]:
         "--collector.nvidia", "--collector.processes"]
 
 
-@pytest.fixture(scope="module")
-def lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return fake.build(tmp_path_factory.mktemp("fake-nvml"))
-
-
 @contextmanager
 def running(lib: Path, tmp: Path, sc: fake.Scenario, args: Sequence[str] = ()
             ) -> Iterator[Exporter]:

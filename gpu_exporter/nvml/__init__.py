@@ -1,0 +1,16 @@
+"""The one NVML stack of the exporter (`nvidia-ml-py` over libnvidia-ml.so.1), shared by
+the nvidia and processes collectors.
+
+- `calls`: how NVML's answers are sorted (absent, device lost, NVML gone, a failure),
+  the one error type (`NvmlUnavailable`) and the one version-fallback mechanism.
+- `driver`: the GPUs the kernel driver lists in /proc/driver/nvidia/gpus.
+- `devices`: a GPU's identity, MIG devices and per-device capabilities, read once.
+- `fields`: the field-values batch as a table, with per-field fallbacks.
+- `values`: one scrape of one GPU's values.
+- `processes`: one scrape of one GPU's processes and their utilization.
+- `events`: the XID event listener.
+- `lanes`: per-GPU calls in lanes, so that one hung or lost GPU costs only itself.
+- `stack`: one NVML session for the process: init, discovery, retries, features.
+
+Readers here return records in base units; only collectors know Prometheus.
+"""

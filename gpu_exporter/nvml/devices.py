@@ -1,0 +1,197 @@
+"""A GPU's identity, its MIG devices and what it can report, read once per NVML session
+(on the GPU's own discovery worker, under a deadline)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, MutableMapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import pynvml
+
+from gpu_exporter.collectors.base import Availability
+from gpu_exporter.nvml import fields
+from gpu_exporter.nvml.calls import (
+    ABSENT,
+    FIX_CHECK,
+    FIX_UPDATE,
+    GONE,
+    LOST,
+    Calls,
+    DeviceLost,
+    NvmlGone,
+    Versions,
+)
+from gpu_exporter.nvml.events import XidListener
+from gpu_exporter.nvml.fields import FieldPlan
+from gpu_exporter.readers.pci import normalize_pci_address
+from gpu_exporter.records import GpuIdentity
+
+T = TypeVar("T")
+process_utilization = Versions.of("nvmlDeviceGetProcessUtilization")
+_NO_INSTANCE = 0xFFFFFFFF  # NVML: "not in a MIG instance"
+
+
+@dataclass(frozen=True)
+class NvmlDevice:
+    """A GPU (or MIG device) found at discovery, with its static identity."""
+
+    identity: GpuIdentity
+    handle: Any  # pynvml c_nvmlDevice_t
+    index: int  # NVML index; a MIG device: its slot
+    num_fans: int = 0
+    migs: tuple[NvmlDevice, ...] = ()
+    # MIG: (GPU instance id, compute instance id), as NVML names a process's instance
+    instance: tuple[int | None, int | None] | None = None
+    # What the GPU can report (its `nvidia.ecc`, `nvidia.xid` and
+    # `processes.nvml_utilization` states); MIG: None.
+    ecc: Availability | None = None
+    xid: Availability | None = None
+    process_utilization: Availability | None = None
+    fields: FieldPlan = field(default_factory=FieldPlan, compare=False, repr=False)
+
+
+class IdentityUnreadable(Exception):
+    """A GPU NVML counts whose identity cannot be read: reported down by what is known
+    of it (`pci_address`) until it can be read."""
+
+    def __init__(self, index: int, message: str, *, lost: bool) -> None:
+        super().__init__(f"NVIDIA device {index}: its identity cannot be read: {message}")
+        self.lost = lost
+
+
+def discover(index: int, version: str | None, events: XidListener | None,
+             seen: MutableMapping[int, str]) -> NvmlDevice:
+    """Identity of GPU `index` with its MIG devices and capabilities. Its PCI address
+    goes into `seen` as soon as it is read, for the GPU's `hw_gpu_up 0` should a later
+    call hang or fail. Raises IdentityUnreadable, NvmlGone."""
+    try:
+        return _discover(index, version, events, seen)
+    except pynvml.NVMLError as exc:
+        if exc.value in GONE:
+            raise NvmlGone(str(exc)) from None
+        raise IdentityUnreadable(index, str(exc), lost=exc.value in LOST) from None
+
+
+def _optional(fn: Callable[..., T], *args: Any) -> T | None:
+    try:
+        return fn(*args)
+    except pynvml.NVMLError as exc:
+        if exc.value in ABSENT:
+            return None
+        raise
+
+
+def _discover(index: int, version: str | None, events: XidListener | None,
+              seen: MutableMapping[int, str]) -> NvmlDevice:
+    handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+    pci = pynvml.nvmlDeviceGetPciInfo(handle)
+    bus_id = pci.busId.decode() if isinstance(pci.busId, bytes) else str(pci.busId)
+    address = normalize_pci_address(bus_id)
+    if address is not None:
+        seen[index] = address
+    uuid = str(pynvml.nvmlDeviceGetUUID(handle))
+    name = str(pynvml.nvmlDeviceGetName(handle))
+    serial = _optional(pynvml.nvmlDeviceGetSerial, handle)
+    vbios = _optional(pynvml.nvmlDeviceGetVbiosVersion, handle)
+    part = _optional(pynvml.nvmlDeviceGetBoardPartNumber, handle)
+    num_fans = _optional(pynvml.nvmlDeviceGetNumFans, handle) or 0
+    identity = GpuIdentity(
+        hw_id=uuid, name=name, vendor="nvidia", pci_address=address,
+        order_key=(index,), model=str(part) if part else None, driver_version=version,
+        firmware_version=str(vbios) if vbios else None,
+        serial_number=str(serial) if serial else None,
+    )
+    plan = FieldPlan()
+    try:
+        # One read of the fields settles which come from the batch, which from their
+        # own function and which from nowhere (the ECC state depends on it).
+        fields.read(Calls(identity.key), handle, plan)
+    except DeviceLost as exc:
+        raise IdentityUnreadable(index, str(exc), lost=True) from None
+    return NvmlDevice(
+        identity, handle, index, int(num_fans), _migs(handle, identity),
+        ecc=_ecc(handle),
+        xid=events.register(handle, identity.key) if events is not None else None,
+        process_utilization=_process_utilization(handle),
+        fields=plan,
+    )
+
+
+def _ecc(handle: Any) -> Availability:
+    """ECC as the board has it; whether its counters are read is known at the scrape."""
+    try:
+        current, pending = pynvml.nvmlDeviceGetEccMode(handle)
+    except pynvml.NVMLError as exc:
+        if exc.value == pynvml.NVML_ERROR_NOT_SUPPORTED:
+            return Availability.disabled("this GPU has no ECC memory (NVML: Not Supported)")
+        if exc.value in LOST | GONE:
+            raise
+        return Availability.unavailable(
+            f"nvmlDeviceGetEccMode: {exc}",
+            FIX_UPDATE if exc.value == pynvml.NVML_ERROR_FUNCTION_NOT_FOUND else FIX_CHECK)
+    if current:
+        return Availability.enabled()
+    return Availability.disabled(
+        "ECC is switched off on this GPU" + (" (on after its next reset)" if pending else ""),
+        "nvidia-smi -i <GPU> -e 1, then reset the GPU or reboot")
+
+
+def _process_utilization(handle: Any) -> Availability:
+    try:
+        process_utilization(handle, 0)
+    except pynvml.NVMLError as exc:
+        if exc.value in LOST | GONE:
+            raise
+        return utilization_state(exc.value)
+    return Availability.enabled()
+
+
+def utilization_state(code: int) -> Availability:
+    """Whether a GPU gives process utilization samples, by NVML's answer."""
+    if code == pynvml.NVML_ERROR_FUNCTION_NOT_FOUND:
+        return Availability.unavailable(
+            "this NVML library has no nvmlDeviceGetProcessUtilization: processes have "
+            "memory but no utilization", FIX_UPDATE)
+    if code == pynvml.NVML_ERROR_NOT_SUPPORTED:
+        return Availability.disabled(
+            "this GPU does not report utilization per process (NVML: Not Supported; "
+            "e.g. in MIG mode)")
+    return Availability.enabled()  # NOT_FOUND (no sample yet) or a passing failure
+
+
+def _migs(handle: Any, parent: GpuIdentity) -> tuple[NvmlDevice, ...]:
+    mode = _optional(pynvml.nvmlDeviceGetMigMode, handle)
+    if not mode or mode[0] != pynvml.NVML_DEVICE_MIG_ENABLE:
+        return ()
+    migs = []
+    for slot in range(_optional(pynvml.nvmlDeviceGetMaxMigDeviceCount, handle) or 0):
+        try:
+            mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+        except pynvml.NVMLError as exc:
+            if exc.value in (pynvml.NVML_ERROR_NOT_FOUND, pynvml.NVML_ERROR_INVALID_ARGUMENT):
+                continue  # an empty slot
+            raise
+        name = str(pynvml.nvmlDeviceGetName(mig))
+        # Drivers name MIG devices "<parent name> MIG <profile>".
+        _, sep, profile = name.rpartition(" MIG ")
+        gi = instance_id(_optional(pynvml.nvmlDeviceGetGpuInstanceId, mig))
+        ci = instance_id(_optional(pynvml.nvmlDeviceGetComputeInstanceId, mig))
+        identity = GpuIdentity(
+            hw_id=str(pynvml.nvmlDeviceGetUUID(mig)), name=parent.name, vendor="nvidia",
+            pci_address=parent.pci_address,
+            order_key=(*parent.order_key, slot, gi if gi is not None else -1,
+                       ci if ci is not None else -1),
+            model=parent.model, driver_version=parent.driver_version,
+            firmware_version=parent.firmware_version, parent_hw_id=parent.hw_id,
+            mig_profile=profile if sep else None,
+        )
+        migs.append(NvmlDevice(identity, mig, slot, instance=(gi, ci)))
+    return tuple(migs)
+
+
+def instance_id(value: Any) -> int | None:
+    """A GPU or compute instance id; None for NVML's "not in a MIG instance"."""
+    if value is None or int(value) == _NO_INSTANCE:
+        return None
+    return int(value)

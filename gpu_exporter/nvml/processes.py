@@ -1,0 +1,144 @@
+"""One scrape of one GPU's processes: running compute and graphics processes, and
+process utilization samples.
+
+Utilization samples are asked for with the newest timestamp seen on that device at the
+previous read, so each read covers the interval since the previous one (NVML answers
+NOT_FOUND when nothing newer exists: then the processes have no utilization this time,
+which is absent, not 0). Whether a GPU gives samples at all is learnt once per session
+and is its `processes.nvml_utilization` state: a driver without the function is
+`unavailable` (with the fix), a GPU that does not report them (MIG mode, some boards)
+`disabled`; neither is a failure, and neither is asked again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+import pynvml
+
+from gpu_exporter.collectors.base import Availability
+from gpu_exporter.nvml.calls import Calls, DeviceLost, Versions
+from gpu_exporter.nvml.devices import (
+    NvmlDevice,
+    instance_id,
+    process_utilization,
+    utilization_state,
+)
+from gpu_exporter.records import GpuTask
+
+ProcessKind = Literal["compute", "graphics"]
+
+_LISTS: tuple[tuple[ProcessKind, Versions], ...] = (
+    ("compute", Versions.of("nvmlDeviceGetComputeRunningProcesses_v3",
+                            "nvmlDeviceGetComputeRunningProcesses_v2")),
+    ("graphics", Versions.of("nvmlDeviceGetGraphicsRunningProcesses_v3",
+                             "nvmlDeviceGetGraphicsRunningProcesses_v2")),
+)
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    device: str  # device key: the GPU UUID, or the MIG UUID when the process runs in one
+    pid: int
+    memory_bytes: int | None  # None: NVML does not report it (WDDM, some MIG setups)
+    kinds: frozenset[ProcessKind]
+
+
+@dataclass(frozen=True)
+class ProcessUtilization:
+    device: str
+    pid: int
+    # mean of the samples since the previous read, by engine; memory-controller share
+    # is not a hw_gpu_task and is kept apart
+    utilization_ratio: Mapping[GpuTask, float]
+    memory_controller_ratio: float
+    samples: int
+
+
+@dataclass
+class DeviceProcesses:
+    """One GPU's processes at one scrape."""
+
+    processes: list[GpuProcess] = field(default_factory=list)
+    utilization: list[ProcessUtilization] = field(default_factory=list)
+    failures: list[tuple[str, str]] = field(default_factory=list)
+
+
+@dataclass
+class UtilizationState:
+    """What one GPU's utilization sampling has learnt: the newest sample seen (µs) and
+    whether the GPU gives samples (first known from discovery). Only the lane reading
+    the GPU touches it."""
+
+    availability: Availability
+    last_seen: int = 0
+
+
+def read(dev: NvmlDevice, state: UtilizationState) -> DeviceProcesses:
+    """Raises NvmlGone; a lost GPU has no processes (its device series say it is lost)."""
+    out = DeviceProcesses()
+    call = Calls(dev.identity.key)
+    try:
+        _read(dev, state, call, out)
+    except DeviceLost:
+        return DeviceProcesses()
+    out.failures.extend(call.failures)
+    return out
+
+
+def _read(dev: NvmlDevice, state: UtilizationState, call: Calls, out: DeviceProcesses) -> None:
+    uuid = dev.identity.key
+    migs = {m.instance: m.identity.key for m in dev.migs}
+    by_pid: dict[tuple[str, int], tuple[int | None, set[ProcessKind]]] = {}
+    for kind, versions in _LISTS:
+        procs = versions.read(call, dev.handle)
+        for p in procs or ():
+            device = migs.get((instance_id(p.gpuInstanceId), instance_id(p.computeInstanceId)),
+                              uuid)
+            used = p.usedGpuMemory
+            key = (device, int(p.pid))
+            prev_used, kinds = by_pid.get(key, (None, set()))
+            kinds.add(kind)
+            # A process with a compute and a graphics context is listed twice with the
+            # same memory: the larger of the two, not the sum.
+            both = [u for u in (prev_used, used) if u is not None]
+            by_pid[key] = (max(both) if both else None, kinds)
+    for (device, pid), (used, kinds) in sorted(by_pid.items()):
+        out.processes.append(GpuProcess(device, pid, used, frozenset(kinds)))
+    if state.availability.state == "enabled":
+        out.utilization.extend(_utilization_since(dev, state, call))
+
+
+def _utilization_since(dev: NvmlDevice, state: UtilizationState,
+                       call: Calls) -> list[ProcessUtilization]:
+    uuid = dev.identity.key
+    try:
+        samples = process_utilization(dev.handle, state.last_seen)
+    except pynvml.NVMLError as exc:
+        if exc.value in (pynvml.NVML_ERROR_FUNCTION_NOT_FOUND, pynvml.NVML_ERROR_NOT_SUPPORTED):
+            state.availability = utilization_state(exc.value)
+        elif exc.value != pynvml.NVML_ERROR_NOT_FOUND:  # NOT_FOUND: nothing since last_seen
+            call.check(process_utilization.name, exc.value, exc)
+        return []
+    sums: dict[int, list[float]] = {}
+    newest = state.last_seen
+    for s in samples:
+        if int(s.timeStamp) <= state.last_seen:
+            continue  # the library should not return these; never count one twice
+        newest = max(newest, int(s.timeStamp))
+        acc = sums.setdefault(int(s.pid), [0.0, 0.0, 0.0, 0.0, 0.0])
+        acc[0] += s.smUtil
+        acc[1] += s.encUtil
+        acc[2] += s.decUtil
+        acc[3] += s.memUtil
+        acc[4] += 1
+    state.last_seen = newest
+    result = []
+    for pid, (sm, enc, dec, mem, n) in sorted(sums.items()):
+        ratios: dict[GpuTask, float] = {
+            "general": sm / n / 100.0, "encoder": enc / n / 100.0, "decoder": dec / n / 100.0,
+        }
+        result.append(ProcessUtilization(uuid, pid, ratios, mem / n / 100.0, int(n)))
+    return result

@@ -1,0 +1,177 @@
+"""One scrape of one GPU and its MIG devices, as `records.GpuReading` in base units:
+NVML's own units (mW, mJ, MHz, percent) stop here."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pynvml
+
+from gpu_exporter.nvml import fields
+from gpu_exporter.nvml.calls import Calls, DeviceLost, Versions, by_name
+from gpu_exporter.nvml.devices import NvmlDevice
+from gpu_exporter.records import ErrorType, GpuReading, GpuTask, HealthState
+
+# nvmlClocksEventReason* bits, named as the metric's `reason` label.
+CLOCK_EVENT_REASONS: Mapping[str, int] = {
+    "gpu_idle": pynvml.nvmlClocksEventReasonGpuIdle,
+    "applications_clocks_setting": pynvml.nvmlClocksEventReasonApplicationsClocksSetting,
+    "sw_power_cap": pynvml.nvmlClocksEventReasonSwPowerCap,
+    "hw_slowdown": pynvml.nvmlClocksEventReasonHwSlowdown,
+    "sync_boost": pynvml.nvmlClocksEventReasonSyncBoost,
+    "sw_thermal": pynvml.nvmlClocksEventReasonSwThermalSlowdown,
+    "hw_thermal": pynvml.nvmlClocksEventReasonHwThermalSlowdown,
+    "hw_power_brake": pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown,
+    "display_clock_setting": pynvml.nvmlClocksEventReasonDisplayClockSetting,
+}
+# Health rule (README "NVIDIA"): failed when lost, when volatile uncorrected ECC errors
+# are pending, when row remapping failed, or after an XID that means the GPU needs a
+# reset (48 double-bit ECC, 79 fallen off the bus, 95 uncontained ECC); degraded while
+# the hardware slows the clocks down or pages/rows wait to be retired/remapped.
+FAILED_XIDS = frozenset({48, 79, 95})
+DEGRADED_REASONS = frozenset({"hw_slowdown", "hw_thermal", "hw_power_brake", "sw_thermal"})
+
+_CLOCKS: Mapping[str, int] = {
+    "graphics": pynvml.NVML_CLOCK_GRAPHICS,
+    "sm": pynvml.NVML_CLOCK_SM,
+    "memory": pynvml.NVML_CLOCK_MEM,
+    "video": pynvml.NVML_CLOCK_VIDEO,
+}
+_ERROR_FIELDS: tuple[tuple[ErrorType, str], ...] = (
+    ("corrected", "ecc_corrected"), ("uncorrected", "ecc_uncorrected"),
+    ("pcie_replay", "pcie_replays"))
+
+# v2 "used" excludes the driver's reservation; v1 on drivers without it.
+memory_info = Versions(
+    ("nvmlDeviceGetMemoryInfo_v2",
+     lambda h: pynvml.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2)),
+    ("nvmlDeviceGetMemoryInfo", by_name("nvmlDeviceGetMemoryInfo")),
+)
+_temperature = Versions.of("nvmlDeviceGetTemperatureV", "nvmlDeviceGetTemperature")
+_clock_reasons = Versions.of("nvmlDeviceGetCurrentClocksEventReasons",
+                             "nvmlDeviceGetCurrentClocksThrottleReasons")
+
+
+@dataclass(frozen=True)
+class DeviceResult:
+    """One physical device at one scrape: its reading, then one per MIG device."""
+
+    readings: tuple[GpuReading, ...]
+    failures: tuple[tuple[str, str], ...] = ()
+
+
+def memory(call: Calls, handle: Any) -> tuple[int | None, int | None]:
+    """(used, total) bytes."""
+    mem = memory_info.read(call, handle)
+    return (int(mem.used), int(mem.total)) if mem is not None else (None, None)
+
+
+def read(dev: NvmlDevice, xids: Mapping[int, int] | None = None) -> DeviceResult:
+    """One scrape of one physical device and its MIG devices. `xids`: the listener's
+    counts for this device (None when it does not listen to it). Raises NvmlGone."""
+    call = Calls(dev.identity.key)
+    try:
+        reading = _read_physical(call, dev, xids)
+    except DeviceLost as exc:
+        call.failures.append((f"{dev.identity.key}:lost",
+                              f"GPU {dev.identity.key} is lost: {exc}"))
+        return DeviceResult(down(dev, "failed"), tuple(call.failures))
+    readings = [reading]
+    for mig in dev.migs:
+        mig_call = Calls(mig.identity.key)
+        try:
+            used, total = memory(mig_call, mig.handle)
+            readings.append(GpuReading(mig.identity, up=True, memory_usage_bytes=used,
+                                       memory_limit_bytes=total, state=reading.state))
+        except DeviceLost:
+            readings.append(GpuReading(mig.identity, up=False, state="failed"))
+        call.failures.extend(mig_call.failures)
+    return DeviceResult(tuple(readings), tuple(call.failures))
+
+
+def down(dev: NvmlDevice, state: HealthState | None = None) -> tuple[GpuReading, ...]:
+    """Readings for a device that did not answer (lost, hung): identity only."""
+    return tuple(GpuReading(d.identity, up=False, state=state) for d in (dev, *dev.migs))
+
+
+def _read_physical(call: Calls, dev: NvmlDevice, xids: Mapping[int, int] | None) -> GpuReading:
+    h = dev.handle
+    utilization: dict[GpuTask, float] = {}
+    controller = None
+    rates = call("nvmlDeviceGetUtilizationRates", pynvml.nvmlDeviceGetUtilizationRates, h)
+    if rates is not None:
+        utilization["general"] = rates.gpu / 100.0
+        controller = rates.memory / 100.0
+    for task, what, fn in (
+        ("encoder", "nvmlDeviceGetEncoderUtilization", pynvml.nvmlDeviceGetEncoderUtilization),
+        ("decoder", "nvmlDeviceGetDecoderUtilization", pynvml.nvmlDeviceGetDecoderUtilization),
+    ):
+        value = call(what, fn, h)
+        if value is not None:
+            utilization[task] = value[0] / 100.0  # type: ignore[index]
+    used, total = memory(call, h)
+    power = call("nvmlDeviceGetPowerUsage", pynvml.nvmlDeviceGetPowerUsage, h)
+    limit = call("nvmlDeviceGetEnforcedPowerLimit", pynvml.nvmlDeviceGetEnforcedPowerLimit, h)
+    values = fields.read(call, h, dev.fields)
+    temperatures: dict[str, float] = {}
+    die = _temperature.read(call, h, pynvml.NVML_TEMPERATURE_GPU)
+    if die is not None:
+        temperatures["die"] = float(die)
+    if "memory_temperature_celsius" in values:
+        temperatures["memory"] = float(values["memory_temperature_celsius"])
+    fans: dict[str, float] = {}
+    for fan in range(dev.num_fans):
+        pct = call("nvmlDeviceGetFanSpeed_v2", pynvml.nvmlDeviceGetFanSpeed_v2, h, fan)
+        if pct is not None:
+            fans[str(fan)] = pct / 100.0
+    clocks: dict[str, float] = {}
+    for domain, clock_type in _CLOCKS.items():
+        mhz = call("nvmlDeviceGetClockInfo", pynvml.nvmlDeviceGetClockInfo, h, clock_type)
+        if mhz is not None:
+            clocks[domain] = mhz * 1e6
+    reasons = _clock_reasons.read(call, h)
+    throttle = ({name: bool(reasons & bit) for name, bit in CLOCK_EVENT_REASONS.items()}
+                if reasons is not None else {})
+    errors: dict[ErrorType, int] = {
+        error_type: int(values[name]) for error_type, name in _ERROR_FIELDS if name in values}
+    if xids is not None:
+        errors["xid"] = sum(xids.values())
+    io: dict[Any, int] = {}
+    if "pcie_receive_bytes" in values:
+        io["receive"] = int(values["pcie_receive_bytes"])
+    if "pcie_transmit_bytes" in values:
+        io["transmit"] = int(values["pcie_transmit_bytes"])
+    return GpuReading(
+        identity=dev.identity,
+        up=True,
+        utilization_ratio=utilization,
+        memory_usage_bytes=used,
+        memory_limit_bytes=total,
+        memory_controller_utilization_ratio=controller,
+        power_draw_watts=None if power is None else power / 1000.0,
+        power_limit_watts=None if limit is None else limit / 1000.0,
+        energy_consumed_joules=values.get("energy_joules"),
+        temperature_celsius=temperatures,
+        fan_speed_ratio=fans,
+        clock_hertz=clocks,
+        io_bytes=io,
+        errors=errors,
+        xid_errors=dict(xids or {}),
+        throttle_active=throttle,
+        state=health(errors, throttle, values, xids or {}),
+    )
+
+
+def health(
+    errors: Mapping[ErrorType, int], throttle: Mapping[str, bool], values: Mapping[str, float],
+    xids: Mapping[int, int],
+) -> HealthState:
+    if (errors.get("uncorrected", 0) > 0 or values.get("remapped_rows_failure", 0)
+            or any(xids.get(x, 0) for x in FAILED_XIDS)):
+        return "failed"
+    if (any(throttle.get(r) for r in DEGRADED_REASONS)
+            or values.get("retired_pages_pending", 0) or values.get("remapped_rows_pending", 0)):
+        return "degraded"
+    return "ok"

@@ -1,0 +1,78 @@
+"""Per-field fallback: a field the field-values batch cannot give (NOT_SUPPORTED in its
+entry) while its own NVML function answers is read through that function, once per
+scrape, and what works is remembered per device (no retry storm)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pynvml
+import pytest
+
+from gpu_exporter.nvml import devices, values
+from tests.bench.floor import recording_nvml
+from tests.fake_nvml import scenario as fake
+from tests.helpers import parse, value
+from tests.nvidia.conftest import running
+from tests.nvidia.test_failures import uuid
+
+ECC_SBE, ECC_DBE = pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL, pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL
+ENERGY = pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION
+REPLAY = pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER
+MEMORY_TEMP = pynvml.NVML_FI_DEV_MEMORY_TEMP
+
+
+def test_energy_ecc_and_replays_the_batch_does_not_support_come_from_their_own_functions(
+    fake_lib: Path, tmp_path: Path
+) -> None:
+    sc = fake.h100x8()
+    for d in sc.devices:
+        for fid in (ECC_SBE, ECC_DBE, ENERGY, REPLAY):
+            d.field_errors[fid] = "NOT_SUPPORTED"
+    with running(fake_lib, sc, tmp_path) as exp:
+        for _ in range(2):
+            s = parse(exp.scrape())
+    for i in range(8):
+        dev = {"hw_id": uuid(i)}
+        assert value(s, "hw_gpu_energy_consumed_joules_total", **dev) == pytest.approx(
+            123456.789 + i / 1000)
+        assert value(s, "hw_errors_total", error_type="corrected", **dev) == i
+        assert value(s, "hw_errors_total", error_type="uncorrected", **dev) == (i == 3)
+        assert value(s, "hw_errors_total", error_type="pcie_replay", **dev) == 2 * i
+    # GPU 3's uncorrected error, read through nvmlDeviceGetTotalEccErrors, still fails it
+    assert value(s, "hw_status", hw_id=uuid(3), hw_state="failed") == 1
+    assert value(s, "gpu_exporter_collector_success", collector="nvidia") == 1
+
+
+def test_what_each_field_answers_is_remembered_per_device(tmp_path: Path) -> None:
+    sc = fake.h100x8()
+    sc.devices = sc.devices[:2]
+    d = sc.devices[0]
+    for fid in (ENERGY, REPLAY):
+        d.field_errors[fid] = "NOT_SUPPORTED"
+    del d.values["pcie_replay"]  # nor does its own function give it: absent for good
+    del d.values["temp_memory"]  # a field without a fallback, not supported
+    fake.load_in_process(sc.write(tmp_path / "two.scenario"))
+    pynvml.nvmlInit()
+    try:
+        gpu0, gpu1 = (devices.discover(i, None, None, {}) for i in range(2))
+        first = values.read(gpu0).readings[0]
+        with recording_nvml() as rec:
+            again = [values.read(gpu0).readings[0] for _ in range(3)]
+            values.read(gpu1)
+    finally:
+        pynvml.nvmlShutdown()
+    assert first.energy_consumed_joules == pytest.approx(123456.789)
+    assert "pcie_replay" not in first.errors and "memory" not in first.temperature_celsius
+    assert again == [first] * 3
+    batches = [[f for f in c.args[1]] for c in rec.calls
+               if c.fn.__name__ == "nvmlDeviceGetFieldValues"]
+    assert len(batches) == 4
+    # GPU 0 no longer asks the batch for what it cannot give; GPU 1 asks for everything.
+    assert all(not {ENERGY, REPLAY, MEMORY_TEMP} & set(b) for b in batches[:3])
+    assert {ENERGY, REPLAY, MEMORY_TEMP} <= set(batches[3])
+    calls = rec.by_function()
+    assert calls["nvmlDeviceGetTotalEnergyConsumption"] == 3  # once per read of GPU 0
+    assert "nvmlDeviceGetPcieReplayCounter" not in calls  # answered NOT_SUPPORTED once
+    assert gpu0.fields.absent.keys() == {"pcie_replays", "memory_temperature_celsius"}
+    assert not gpu1.fields.absent and not gpu1.fields.singles
