@@ -272,9 +272,43 @@ def fleet() -> Board:
                       "{{host_name}} GPU {{gpu_index}} {{reason}}"),
                      description="1 while the reason limits the clocks; sw_power_cap under load "
                      "is normal, hw_thermal/sw_thermal/hw_power_brake are not."))
+    b.row("Interconnect: PCIe and NVLink")
     b.add(timeseries("PCIe traffic", "Bps",
                      (f"rate(hw_gpu_io_bytes_total{{{SEL}}}[{RI}])",
                       "{{host_name}} GPU {{gpu_index}} {{network_io_direction}}")))
+    b.add(timeseries("PCIe link width", "none",
+                     (f"hw_gpu_pcie_current_link_width{{{SEL}}}",
+                      "{{host_name}} GPU {{gpu_index}} current"),
+                     (f"hw_gpu_pcie_max_link_width{{{SEL}}}",
+                      "{{host_name}} GPU {{gpu_index}} max"),
+                     description="Lanes of the card-to-slot link. AMD cards narrow it at idle; "
+                     "narrower than max under load means a reseat or riser problem."))
+    b.add(timeseries("PCIe link speed", "short",
+                     (f"hw_gpu_pcie_current_link_transfers_per_second{{{SEL}}}",
+                      "{{host_name}} GPU {{gpu_index}} current"),
+                     (f"hw_gpu_pcie_max_link_transfers_per_second{{{SEL}}}",
+                      "{{host_name}} GPU {{gpu_index}} max"),
+                     description="Transfers per second per lane (16 G = PCIe 4.0). Every "
+                     "vendor lowers it at idle."))
+    b.add(table("PCIe links narrower than their maximum", "none",
+                (f"hw_gpu_pcie_current_link_width{{{SEL}}} < hw_gpu_pcie_max_link_width{{{SEL}}}",
+                 ""),
+                description="Current lanes of each GPU whose link trained below what the card "
+                "and its slot allow (idle AMD cards included)."))
+    b.add(timeseries("NVLink traffic", "Bps",
+                     (f"sum without (nvlink) (rate(hw_gpu_nvlink_io_bytes_total{{{SEL}}}[{RI}]))",
+                      "{{host_name}} GPU {{gpu_index}} {{network_io_direction}}"),
+                     description="Payload over all NVLinks of each GPU."))
+    b.add(timeseries("NVLinks by state", "none",
+                     (f"sum without (nvlink) (hw_gpu_nvlink_links{{{SEL}}})",
+                      "{{host_name}} GPU {{gpu_index}} {{nvlink_state}}"),
+                     description="Links per GPU in each state; sleep is a healthy idle link."))
+    b.add(timeseries("NVLink errors", "short",
+                     (f"sum without (nvlink) "
+                      f'(increase(hw_errors_total{{error_type=~"nvlink_.*", {SEL}}}[{RI}]))',
+                      "{{host_name}} GPU {{gpu_index}} {{error_type}}"),
+                     description="New errors per interval: CRC errors cause replays; "
+                     "recoveries retrain a link."))
     b.row("Errors")
     b.add(timeseries("Hardware errors", "short",
                      (f"sum by (host_name, gpu_index, error_type) "

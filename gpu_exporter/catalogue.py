@@ -21,7 +21,7 @@ from gpu_exporter.labels import (
     ProcessLabels,
     Scope,
 )
-from gpu_exporter.records import Direction, ErrorType, GpuTask, HealthState
+from gpu_exporter.records import Direction, ErrorType, GpuTask, HealthState, NvlinkState
 
 __all__ = ["BY_NAME", "CATALOGUE", "Family", "Kind", "LabelSet", "Scope", "prom_label"]
 
@@ -152,12 +152,22 @@ HW_GPU_IO = Counter(
 class ErrorLabels(TypedDict):
     hw_type: Literal["gpu"]
     error_type: ErrorType
+    # the link, for NVLink replays and recoveries with --collector.nvidia.nvlink-per-link
+    nvlink: NotRequired[str]
 
 
 HW_ERRORS = Counter(
     "hw_errors_total", "Hardware errors by type.", D, ErrorLabels, fixed=True,
-    sources="NVML volatile ECC totals, PCIe replay counter, XID events; amdgpu "
-    "ras/*_err_count, pcie_replay_count",
+    sources="NVML volatile ECC totals, PCIe replay counter, XID events, NVLink error "
+    "totals (per link: DL replay/recovery), PCIe error counts; amdgpu ras/*_err_count, "
+    "pcie_replay_count; sysfs AER aer_dev_correctable/nonfatal/fatal TOTAL_ERR_* of the "
+    "card's PCI functions (every vendor, NVIDIA where NVML has no PCIe error counts)",
+    dcgm="corrected: DCGM_FI_DEV_ECC_SBE_VOL_TOTAL; uncorrected: "
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL; pcie_replay: DCGM_FI_DEV_PCIE_REPLAY_COUNTER; "
+    "nvlink_crc_flit, nvlink_crc_data, nvlink_replay, nvlink_recovery: "
+    "DCGM_FI_DEV_NVLINK_CRC_FLIT/CRC_DATA/REPLAY/RECOVERY_ERROR_COUNT_TOTAL (per link: "
+    "…_L0, …); nvlink_ecc_data, pcie_correctable/nonfatal/fatal, xid: none "
+    "(DCGM_FI_DEV_XID_ERRORS is the last XID, not a count)",
 )
 
 
@@ -190,6 +200,64 @@ HW_STATUS = Gauge(
     "hw_status", "Health state; exactly one hw_state is 1.", D, StatusLabels,
     sources="derived: failed when lost or uncorrected errors pending, degraded when "
     "throttled by hardware or retired pages pending, else ok",
+)
+
+# --- interconnect: the PCIe link to the slot, NVLink -------------------------------------
+# The card-to-slot link: sysfs of the card's end of it (the upstream port of the card's own
+# PCIe switch where it has one, else the GPU), max the lower of both ends' maxima; NVML's
+# max is already the lower of the GPU's and the slot's.
+_CARD_END = "of the card's end of the slot link (its own switch's upstream port, if any)"
+_BOTH_ENDS = "the lower of the card's and the slot's"
+HW_GPU_PCIE_CURRENT_LINK_WIDTH = Gauge(
+    "hw_gpu_pcie_current_link_width", "Lanes the PCIe link to the slot runs at now.", D,
+    NoLabels, sources=f"NVML current PCIe link width; sysfs current_link_width {_CARD_END}",
+    dcgm="DCGM_FI_DEV_PCIE_LINK_WIDTH",
+)
+HW_GPU_PCIE_MAX_LINK_WIDTH = Gauge(
+    "hw_gpu_pcie_max_link_width", "Most lanes the card and its slot allow on that link.", D,
+    NoLabels, sources=f"NVML max PCIe link width; sysfs max_link_width, {_BOTH_ENDS}",
+    dcgm="DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH",
+)
+HW_GPU_PCIE_CURRENT_LINK_TRANSFERS = Gauge(
+    "hw_gpu_pcie_current_link_transfers_per_second",
+    "Transfers per second per lane of the PCIe link to the slot now (16e9: PCIe 4.0).", D,
+    NoLabels, sources="NVML current PCIe link generation (1: 2.5e9, 2: 5e9, 3: 8e9, "
+    f"4: 16e9, 5: 32e9, 6: 64e9); sysfs current_link_speed {_CARD_END}",
+    dcgm="DCGM_FI_DEV_PCIE_LINK_GEN (the generation)",
+)
+HW_GPU_PCIE_MAX_LINK_TRANSFERS = Gauge(
+    "hw_gpu_pcie_max_link_transfers_per_second",
+    "Most transfers per second per lane the card and its slot allow on that link.", D,
+    NoLabels, sources=f"NVML max PCIe link generation; sysfs max_link_speed, {_BOTH_ENDS}",
+    dcgm="DCGM_FI_DEV_PCIE_MAX_LINK_GEN (the generation)",
+)
+
+
+class NvlinkIoLabels(TypedDict):
+    network_io_direction: Direction
+    nvlink: NotRequired[str]  # the link, with --collector.nvidia.nvlink-per-link
+
+
+HW_GPU_NVLINK_IO = Counter(
+    "hw_gpu_nvlink_io_bytes_total", "NVLink payload traffic (protocol overhead excluded).",
+    D, NvlinkIoLabels, unit="bytes",
+    sources="NVML field values NVLINK_THROUGHPUT_DATA_TX/RX (KiB), all links together "
+    "(scope 0xFFFFFFFF) or per link",
+    dcgm="rate(): DCGM_FI_PROF_NVLINK_TX_BYTES / DCGM_FI_PROF_NVLINK_RX_BYTES; both "
+    "directions summed: DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+)
+
+
+class NvlinkStateLabels(TypedDict):
+    nvlink_state: NvlinkState
+    nvlink: NotRequired[str]  # the link (1 in its state, 0 in the others), per link
+
+
+HW_GPU_NVLINK_LINKS = Gauge(
+    "hw_gpu_nvlink_links", "NVLinks of the GPU in each state.", D, NvlinkStateLabels,
+    sources="NVML field values NVLINK_LINK_COUNT (once) and NVLINK_GET_STATE per link "
+    "(NVML_NVLINK_STATE_*); GPUs without NVLink have none",
+    dcgm="none (dcgmi nvlink --link-status)",
 )
 
 # --- per-process families ----------------------------------------------------------------

@@ -6,7 +6,7 @@ from __future__ import annotations
 from gpu_exporter import catalogue as c
 from gpu_exporter.family import Emitted
 from gpu_exporter.labels import DeviceLabels
-from gpu_exporter.records import GpuReading, HealthState
+from gpu_exporter.records import NVLINK_STATES, GpuReading, HealthState, NvlinkReading
 
 _STATES: tuple[HealthState, ...] = ("ok", "degraded", "failed")
 
@@ -75,3 +75,35 @@ def emit(r: GpuReading, out: Emitted) -> None:
         for state in _STATES:
             c.HW_STATUS.emit(out, 1 if state == r.state else 0,
                              {"hw_type": "gpu", "hw_state": state}, dev)
+    if r.pcie_link is not None:
+        link = r.pcie_link
+        c.HW_GPU_PCIE_CURRENT_LINK_WIDTH.emit(out, link.current_width_lanes, {}, dev)
+        c.HW_GPU_PCIE_MAX_LINK_WIDTH.emit(out, link.max_width_lanes, {}, dev)
+        c.HW_GPU_PCIE_CURRENT_LINK_TRANSFERS.emit(
+            out, link.current_transfers_per_second, {}, dev)
+        c.HW_GPU_PCIE_MAX_LINK_TRANSFERS.emit(out, link.max_transfers_per_second, {}, dev)
+    if r.nvlink is not None:
+        _nvlink(r.nvlink, out, dev)
+
+
+def _nvlink(n: NvlinkReading, out: Emitted, dev: str) -> None:
+    """All links counted by state, or (per link) each link 1 in its state and 0 in the
+    others; traffic and errors for all links together or per link (`nvlink` label)."""
+    if n.per_link:
+        for number, current in sorted(n.states.items()):
+            for state in NVLINK_STATES:
+                c.HW_GPU_NVLINK_LINKS.emit(out, 1 if state == current else 0,
+                                           {"nvlink_state": state, "nvlink": str(number)}, dev)
+    else:
+        for state, count in n.links_by_state().items():
+            c.HW_GPU_NVLINK_LINKS.emit(out, count, {"nvlink_state": state}, dev)
+    for (link, direction), nbytes in n.io_bytes.items():
+        io: c.NvlinkIoLabels = {"network_io_direction": direction}
+        if link is not None:
+            io["nvlink"] = str(link)
+        c.HW_GPU_NVLINK_IO.emit(out, nbytes, io, dev)
+    for (link, error_type), count in n.errors.items():
+        error: c.ErrorLabels = {"hw_type": "gpu", "error_type": error_type}
+        if link is not None:
+            error["nvlink"] = str(link)
+        c.HW_ERRORS.emit(out, count, error, dev)

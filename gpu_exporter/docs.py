@@ -58,6 +58,9 @@ def render() -> str:
         "",
         "**fixed**: the name appears in public queries and rules and never changes. "
         "**(optional)**: a label a series carries only when its value is known.",
+        "",
+        "**DCGM**: the dcgm-exporter field a family equals, to translate queries "
+        "(`rate()` of a counter where DCGM serves a rate).",
     ]
     for scope, (title, carries) in _SCOPES.items():
         metrics = [m for m in c.CATALOGUE if m.scope is scope]
@@ -66,13 +69,16 @@ def render() -> str:
         lines += ["", f"## {title}", ""]
         if carries:
             lines += [f"Series carry {carries} besides their own.", ""]
-        lines += ["| name | type | unit | labels | meaning | sources |",
-                  "|---|---|---|---|---|---|"]
+        dcgm = any(m.dcgm for m in metrics)
+        lines += ["| name | type | unit | labels | meaning | sources |"
+                  + (" DCGM |" if dcgm else ""),
+                  "|---|---|---|---|---|---|" + ("---|" if dcgm else "")]
         for m in metrics:
             name = f"`{m.name}`" + (" **fixed**" if m.fixed else "")
             labels = ", ".join(_label(m.own, n) for n in m.own.names)
             lines.append(
                 f"| {name} | {m.kind.value} | {m.unit} | {labels} | {m.help} | {m.sources} |"
+                + (f" {m.dcgm} |" if dcgm else "")
             )
     return "\n".join(lines) + "\n"
 

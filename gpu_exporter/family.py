@@ -66,7 +66,7 @@ class Family(Generic[L]):
 
     def __init__(
         self, name: str, help: str, scope: Scope, labels: type[L], *, unit: str = "",
-        fixed: bool = False, sources: str = "",
+        fixed: bool = False, sources: str = "", dcgm: str = "",
     ) -> None:
         self.name = name  # the Prometheus name, `_total` included for counters
         self.help = help
@@ -74,6 +74,8 @@ class Family(Generic[L]):
         self.unit = unit  # base unit suffix of the name, "" when none
         self.fixed = fixed  # name appears in public queries: never rename
         self.sources = sources  # where the value comes from, for the reference
+        # the dcgm-exporter field it equals (and how), for users translating their queries
+        self.dcgm = dcgm
         declared = LabelSet.of(labels)
         # Every label a series may carry but the resource labels, and the family's own
         # (those that are not its scope's).

@@ -9,13 +9,23 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
 Vendor = Literal["nvidia", "amd", "intel"]
 GpuTask = Literal["general", "encoder", "decoder"]
 HealthState = Literal["ok", "degraded", "failed"]
-ErrorType = Literal["corrected", "uncorrected", "pcie_replay", "xid"]
+PcieErrorType = Literal["pcie_correctable", "pcie_nonfatal", "pcie_fatal"]  # AER
+NvlinkErrorType = Literal[
+    "nvlink_crc_flit", "nvlink_crc_data", "nvlink_replay", "nvlink_recovery", "nvlink_ecc_data"]
+ErrorType = Literal[
+    "corrected", "uncorrected", "pcie_replay", "xid",
+    "pcie_correctable", "pcie_nonfatal", "pcie_fatal",
+    "nvlink_crc_flit", "nvlink_crc_data", "nvlink_replay", "nvlink_recovery", "nvlink_ecc_data",
+]
 Direction = Literal["receive", "transmit"]
+# NVML_NVLINK_STATE_* 0..3, in that order
+NvlinkState = Literal["inactive", "active", "sleep", "active_traffic_disabled"]
+NVLINK_STATES: tuple[NvlinkState, ...] = get_args(NvlinkState)
 
 # gpu_index order across vendors (spec: NVIDIA, then AMD, then Intel).
 VENDOR_ORDER: dict[str, int] = {"nvidia": 0, "amd": 1, "intel": 2}
@@ -47,6 +57,34 @@ class GpuIdentity:
 
 
 @dataclass(frozen=True)
+class PcieLink:
+    """The PCIe link between a card and its slot; None where unknown."""
+
+    current_width_lanes: int | None = None
+    max_width_lanes: int | None = None  # the lower of the card's and the slot's
+    current_transfers_per_second: float | None = None  # per lane: 16e9 is PCIe 4.0
+    max_transfers_per_second: float | None = None
+
+
+@dataclass(frozen=True)
+class NvlinkReading:
+    """A GPU's NVLinks at one scrape. Link None: all links of the GPU together; per-link
+    values replace the all-links ones, never both (a sum over a GPU is its total)."""
+
+    states: Mapping[int, NvlinkState] = field(default_factory=dict)  # by link
+    io_bytes: Mapping[tuple[int | None, Direction], int] = field(default_factory=dict)
+    errors: Mapping[tuple[int | None, NvlinkErrorType], int] = field(default_factory=dict)
+    per_link: bool = False  # states are reported link by link, not counted by state
+
+    def links_by_state(self) -> dict[NvlinkState, int]:
+        """How many links are in each state (every state, 0 included)."""
+        counts = dict.fromkeys(NVLINK_STATES, 0)
+        for state in self.states.values():
+            counts[state] += 1
+        return counts
+
+
+@dataclass(frozen=True)
 class GpuReading:
     """One device at one scrape. `up=False` readings carry identity only."""
 
@@ -68,3 +106,5 @@ class GpuReading:
     xid_errors: Mapping[int, int] = field(default_factory=dict)  # xid code -> count
     throttle_active: Mapping[str, bool] = field(default_factory=dict)  # reason -> active
     state: HealthState | None = None
+    pcie_link: PcieLink | None = None
+    nvlink: NvlinkReading | None = None  # None: a GPU without NVLink (or not read)

@@ -26,8 +26,8 @@ from gpu_exporter.collectors.base import (
     Sink,
     device_features,
 )
+from gpu_exporter.nvml import nvlink, values
 from gpu_exporter.nvml import stack as nvml_stack
-from gpu_exporter.nvml import values
 from gpu_exporter.nvml.calls import FIX_UPDATE, NvmlGone, NvmlUnavailable
 from gpu_exporter.nvml.devices import NvmlDevice
 from gpu_exporter.nvml.events import XidListener
@@ -47,7 +47,7 @@ _ECC_COUNTS = ("ecc_corrected", "ecc_uncorrected")
 class NvidiaCollector(Collector):
     name: ClassVar[str] = "nvidia"
     help: ClassVar[str] = "NVIDIA GPUs through NVML (libnvidia-ml.so.1)."
-    options = (DEVFS,)
+    options = (DEVFS, nvlink.PER_LINK)
 
     def __init__(self, settings: Settings) -> None:
         super().__init__(settings)
@@ -89,6 +89,9 @@ class NvidiaCollector(Collector):
                 "xid", {d.identity.key: _xid_state(session, d) for d in devices}))
             out.extend(device_features(
                 "ecc", {d.identity.key: _ecc_state(d) for d in devices}))
+            out.extend(device_features("nvlink", {
+                d.identity.key: d.nvlink or Availability.unavailable("NVLink not read")
+                for d in devices}))
         return out
 
     # -- scrape ----------------------------------------------------------------------

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from gpu_exporter import flagtypes
 from gpu_exporter.collectors.base import Availability, Collector, Sink
-from gpu_exporter.readers import fdinfo
+from gpu_exporter.readers import fdinfo, pcie
 from gpu_exporter.readers.pci import DeviceTracker, PciGpu, not_read_because
 from gpu_exporter.readers.sysfs import Problems, listing
 from gpu_exporter.records import GpuIdentity, GpuReading, Vendor
@@ -64,6 +64,7 @@ class SysfsGpuCollector(Collector):
         self._known: dict[str, GpuIdentity] = {}  # cards that answered in this process
         self._unread: dict[str, GpuIdentity] = {}  # cards that have not, as PCI shows them
         self._retry_at: dict[str, float] = {}  # cards that did not answer: when to read
+        self._pcie = pcie.PcieReader(self.settings.get(DISCOVERY_INTERVAL))
         self._tracker.refresh(force=True)
         found = self._tracker.devices()
         if not found:
@@ -105,6 +106,7 @@ class SysfsGpuCollector(Collector):
             for address in [a for a in state if a not in addresses]:
                 del state[address]
         self.keep_only(addresses)
+        self._pcie.keep_only(addresses)
         live = [t.gpu for t in tracked if t.lost_since is None]
         self.before_read(live, sink)
         now = time.monotonic()
@@ -129,6 +131,11 @@ class SysfsGpuCollector(Collector):
         except OSError as exc:  # a card that went away under us loses only itself
             sink.fail(address, f"{address}: {exc}")
             reading = GpuReading(identity=ident, up=False, state="failed")
+        if reading.up:
+            # every vendor's card-to-slot link and AER counters, the same way
+            link = self._pcie.read(address, gpu.device_path, problems)
+            reading = replace(reading, pcie_link=link.link,
+                              errors={**reading.errors, **link.errors})
         for key, message in problems.items:
             sink.fail(key, message)
         if reading.up:

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pynvml
 
 from gpu_exporter.collectors.base import Availability
-from gpu_exporter.nvml import fields
+from gpu_exporter.nvml import fields, nvlink, pcie
 from gpu_exporter.nvml.calls import (
     ABSENT,
     FIX_CHECK,
@@ -25,7 +26,8 @@ from gpu_exporter.nvml.calls import (
 from gpu_exporter.nvml.events import XidListener
 from gpu_exporter.nvml.fields import FieldPlan
 from gpu_exporter.readers.pci import normalize_pci_address
-from gpu_exporter.records import GpuIdentity
+from gpu_exporter.records import GpuIdentity, PcieLink
+from gpu_exporter.settings import Settings
 
 T = TypeVar("T")
 process_utilization = Versions.of("nvmlDeviceGetProcessUtilization")
@@ -49,6 +51,13 @@ class NvmlDevice:
     xid: Availability | None = None
     process_utilization: Availability | None = None
     fields: FieldPlan = field(default_factory=FieldPlan, compare=False, repr=False)
+    # Its NVLinks (`nvidia.nvlink` state; rows in `fields`), the most its PCIe link
+    # allows, and its PCI functions in sysfs (AER counters where NVML has none).
+    nvlinks: int = 0
+    nvlink_per_link: bool = False
+    nvlink: Availability | None = None
+    pcie_max: PcieLink | None = None
+    pci_functions: tuple[Path, ...] = ()
 
 
 class IdentityUnreadable(Exception):
@@ -61,12 +70,12 @@ class IdentityUnreadable(Exception):
 
 
 def discover(index: int, version: str | None, events: XidListener | None,
-             seen: MutableMapping[int, str]) -> NvmlDevice:
+             seen: MutableMapping[int, str], settings: Settings | None = None) -> NvmlDevice:
     """Identity of GPU `index` with its MIG devices and capabilities. Its PCI address
     goes into `seen` as soon as it is read, for the GPU's `hw_gpu_up 0` should a later
     call hang or fail. Raises IdentityUnreadable, NvmlGone."""
     try:
-        return _discover(index, version, events, seen)
+        return _discover(index, version, events, seen, settings or Settings())
     except pynvml.NVMLError as exc:
         if exc.value in GONE:
             raise NvmlGone(str(exc)) from None
@@ -83,7 +92,7 @@ def _optional(fn: Callable[..., T], *args: Any) -> T | None:
 
 
 def _discover(index: int, version: str | None, events: XidListener | None,
-              seen: MutableMapping[int, str]) -> NvmlDevice:
+              seen: MutableMapping[int, str], settings: Settings) -> NvmlDevice:
     handle = pynvml.nvmlDeviceGetHandleByIndex(index)
     pci = pynvml.nvmlDeviceGetPciInfo(handle)
     bus_id = pci.busId.decode() if isinstance(pci.busId, bytes) else str(pci.busId)
@@ -106,15 +115,23 @@ def _discover(index: int, version: str | None, events: XidListener | None,
     try:
         # One read of the fields settles which come from the batch, which from their
         # own function and which from nowhere (the ECC state depends on it).
-        fields.read(Calls(identity.key), handle, plan)
+        found = fields.read(Calls(identity.key), handle, plan)
     except DeviceLost as exc:
         raise IdentityUnreadable(index, str(exc), lost=True) from None
+    links = int(found.get(nvlink.LINK_COUNT, 0))
+    per_link = settings.get(nvlink.PER_LINK)
+    plan.add(nvlink.rows(links, per_link))
     return NvmlDevice(
         identity, handle, index, int(num_fans), _migs(handle, identity),
         ecc=_ecc(handle),
         xid=events.register(handle, identity.key) if events is not None else None,
         process_utilization=_process_utilization(handle),
         fields=plan,
+        nvlinks=links, nvlink_per_link=per_link,
+        nvlink=nvlink.availability(found.get(nvlink.LINK_COUNT),
+                                   plan.absent.get(nvlink.LINK_COUNT), per_link),
+        pcie_max=pcie.maxima(handle),
+        pci_functions=pcie.card_functions(settings.sysfs, address),
     )
 
 

@@ -60,6 +60,12 @@ FIELDS: tuple[Field, ...] = (
     Field("remapped_rows_failure", pynvml.NVML_FI_DEV_REMAPPED_FAILURE),
     Field("pcie_transmit_bytes", pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES),
     Field("pcie_receive_bytes", pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES),
+    # AER-like counts of the GPU's PCIe link (drivers 550+, newer GPUs); elsewhere sysfs
+    Field("pcie_correctable", 173),  # NVML_FI_DEV_PCIE_COUNT_CORRECTABLE_ERRORS
+    Field("pcie_nonfatal", 179),  # NVML_FI_DEV_PCIE_COUNT_NON_FATAL_ERROR
+    Field("pcie_fatal", 180),  # NVML_FI_DEV_PCIE_COUNT_FATAL_ERROR
+    # how many NVLinks the GPU has: discovery adds their rows (`nvml.nvlink`)
+    Field("nvlink_links", 91),  # NVML_FI_DEV_NVLINK_LINK_COUNT
 )
 
 # One entry of the batch that a driver without the field (or not knowing its id) answers.
@@ -89,6 +95,11 @@ class FieldPlan:
     singles: list[Field] = field(default_factory=list)
     absent: dict[str, int] = field(default_factory=dict)
     _requests: list[int | tuple[int, int]] | None = None
+
+    def add(self, rows: tuple[Field, ...]) -> None:
+        """Rows of this device only (its NVLinks), asked for from the next read on."""
+        self.batch.extend(rows)
+        self._requests = None
 
     def requests(self) -> list[int | tuple[int, int]]:
         if self._requests is None:

@@ -247,7 +247,8 @@ class NvmlStack:
             # Busy: stuck in a call of an earlier session, tried again later.
             with contextlib.suppress(Busy):
                 self._jobs[index] = worker.submit(partial(
-                    discover, index, session.version, session.events, session.seen_pci))
+                    discover, index, session.version, session.events, session.seen_pci,
+                    self._settings))
 
     def _harvest(self, session: Session) -> None:
         """Moves finished discovery into `session` (caller holds the lock). The maps are

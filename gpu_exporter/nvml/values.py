@@ -9,10 +9,10 @@ from typing import Any
 
 import pynvml
 
-from gpu_exporter.nvml import fields
+from gpu_exporter.nvml import fields, nvlink, pcie
 from gpu_exporter.nvml.calls import Calls, DeviceLost, Versions, by_name
 from gpu_exporter.nvml.devices import NvmlDevice
-from gpu_exporter.records import ErrorType, GpuReading, GpuTask, HealthState
+from gpu_exporter.records import ErrorType, GpuReading, GpuTask, HealthState, PcieLink
 
 # nvmlClocksEventReason* bits, named as the metric's `reason` label.
 CLOCK_EVENT_REASONS: Mapping[str, int] = {
@@ -136,6 +136,7 @@ def _read_physical(call: Calls, dev: NvmlDevice, xids: Mapping[int, int] | None)
                 if reasons is not None else {})
     errors: dict[ErrorType, int] = {
         error_type: int(values[name]) for error_type, name in _ERROR_FIELDS if name in values}
+    errors.update(pcie.errors(call, values, dev.pci_functions))
     if xids is not None:
         errors["xid"] = sum(xids.values())
     io: dict[Any, int] = {}
@@ -161,6 +162,9 @@ def _read_physical(call: Calls, dev: NvmlDevice, xids: Mapping[int, int] | None)
         xid_errors=dict(xids or {}),
         throttle_active=throttle,
         state=health(errors, throttle, values, xids or {}),
+        pcie_link=pcie.link(call, h, dev.pcie_max or PcieLink()),
+        nvlink=(nvlink.decode(values, dev.nvlinks, dev.nvlink_per_link)
+                if dev.nvlinks else None),
     )
 
 

@@ -100,8 +100,10 @@ def test_planned_families_are_not_in_the_catalogue_yet() -> None:
 
 
 def test_planned_label_values_are_not_emitted_yet() -> None:
+    # the parser finds marked values (the contract may have none left)
+    assert planned_label_values(
+        "`error_type` = `a` \\| `b` (**planned** values)", "error_type") == {"a", "b"}
     planned = planned_label_values(SPEC_TEXT, "error_type")
-    assert planned  # the contract lists some
     built = set(typing.get_args(records.ErrorType))
     assert not planned & built, (
         f"{sorted(planned & built)} are built: remove their **planned** mark from the contract")

@@ -24,9 +24,9 @@ from tests.helpers import promtool_check_metrics, run_cli
 from tests.nvidia import golden
 from tests.processes.kubelet import Container, Pod, kubelet
 from tests.processes.procfs import write_process
-from tests.sysfs.tree import FakeSysfs, raw_text
+from tests.sysfs.tree import FakeSysfs, card_switch, raw_text, root_port
 
-AMD, INTEL = "0000:0c:00.0", "0000:02:00.0"
+AMD, INTEL = "0000:0c:00.0", "0000:03:00.0"
 UID = "5b0e5c1e-2222-4333-8444-555555555555"
 CID = "c0" * 32
 GIB = 1024**3
@@ -46,8 +46,15 @@ def _node(tmp: Path) -> tuple[fake.Scenario, Path, Path]:
     mig = fake.mig_a100().devices[0]
     sc = fake.Scenario(devices=[h100, mig])
     sysfs = FakeSysfs(tmp / "sys")
-    sysfs.add("rx6900xt", AMD, 0)
-    sysfs.add("b580", INTEL, 1)
+    # both cards below their own PCIe switch, in the slots of an AMD CPU
+    sysfs.add("rx6900xt", AMD, 0, ports=(
+        root_port("0000:00:03.1", "1022:1483", "16.0 GT/s PCIe", 16, ("16.0 GT/s PCIe", 16)),
+        *card_switch("navi21", "0000:0a:00.0", "0000:0b:00.0", slot=("16.0 GT/s PCIe", 16),
+                     inner=("16.0 GT/s PCIe", 16))))
+    sysfs.add("b580", INTEL, 1, ports=(
+        root_port("0000:00:01.1", "1022:1483", "16.0 GT/s PCIe", 16, ("16.0 GT/s PCIe", 8)),
+        *card_switch("bmg", "0000:01:00.0", "0000:02:01.0", slot=("16.0 GT/s PCIe", 8),
+                     inner=("2.5 GT/s PCIe", 1))))
     proc = tmp / "proc"
     pod = (f"0::/kubepods.slice/kubepods-pod{UID.replace('-', '_')}.slice/"
            f"cri-containerd-{CID}.scope\n")

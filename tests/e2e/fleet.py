@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.fake_nvml import scenario as fake
-from tests.sysfs.tree import FakeSysfs
+from tests.sysfs.tree import FakeSysfs, card_switch, root_port
 
 GIB = 1024**3
 
@@ -69,8 +69,17 @@ def build(root: Path, pid: int | None = None, ebpf: bool = False) -> Fleet:
     sc = scenario(pid if pid is not None else os.getpid())
     path = sc.write(root / "gpus.scenario")
     sysfs = FakeSysfs(root / "sys")
-    sysfs.add("rx6900xt", "0000:0b:00.0", 0)
-    sysfs.add("a380", "0000:0c:00.0", 1)
+    # Each card below its own PCIe switch, as on a real board. The RX 6900 XT is busy and
+    # trained to x8 of x16 (a riser fault), the Arc A380 runs its full Gen4 x8.
+    amd = sysfs.add("rx6900xt", "0000:0b:00.0", 0, ports=(
+        root_port("0000:00:03.1", "1022:1483", "16.0 GT/s PCIe", 16, ("16.0 GT/s PCIe", 8)),
+        *card_switch("navi21", "0000:09:00.0", "0000:0a:00.0", slot=("16.0 GT/s PCIe", 8),
+                     inner=("16.0 GT/s PCIe", 16))))
+    (amd.device / "gpu_busy_percent").write_text("90\n")
+    sysfs.add("a380", "0000:0e:00.0", 1, ports=(
+        root_port("0000:00:03.2", "1022:1483", "16.0 GT/s PCIe", 16, ("16.0 GT/s PCIe", 8)),
+        *card_switch("dg2", "0000:0c:00.0", "0000:0d:01.0", slot=("16.0 GT/s PCIe", 8),
+                     inner=("2.5 GT/s PCIe", 1))))
     env = {**fake.env(lib_dir, path), "OTEL_RESOURCE_ATTRIBUTES": RESOURCE_ATTRIBUTES}
     args = [f"--path.sysfs={sysfs.root}"]
     fl = Fleet(root, sc, path, sysfs, lib_dir, env, args)
@@ -91,8 +100,8 @@ class LoadDriver(threading.Thread):
         self.fleet = fleet
         self.period = period
         self.stopped = threading.Event()
-        self.intel_energy = sorted(fleet.sysfs.root.glob(
-            "devices/pci0000:00/0000:0c:00.0/hwmon/hwmon*/energy1_input"))
+        self.intel_energy = sorted(fleet.sysfs.cards["0000:0e:00.0"].device.glob(
+            "hwmon/hwmon*/energy1_input"))
 
     def step(self, t: float) -> None:
         for i, d in enumerate(self.fleet.scenario.devices):

@@ -569,6 +569,57 @@ nvmlReturn_t nvmlDeviceGetPcieReplayCounter(nvmlDevice_t dev, unsigned int *v) {
     return uint_of(s, "pcie_replay", v);
 }
 
+/* PCIe link: `pcie_gen_current`, `pcie_gen_max` (the most this GPU and its slot allow),
+ * `pcie_gen_gpu_max` (the GPU alone), `pcie_width_current`, `pcie_width_max` (GPU and
+ * slot). The speeds follow from the generations. */
+nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(nvmlDevice_t dev, unsigned int *gen) {
+    DEVICE("nvmlDeviceGetCurrPcieLinkGeneration");
+    return uint_of(s, "pcie_gen_current", gen);
+}
+
+nvmlReturn_t nvmlDeviceGetMaxPcieLinkGeneration(nvmlDevice_t dev, unsigned int *gen) {
+    DEVICE("nvmlDeviceGetMaxPcieLinkGeneration");
+    return uint_of(s, "pcie_gen_max", gen);
+}
+
+nvmlReturn_t nvmlDeviceGetGpuMaxPcieLinkGeneration(nvmlDevice_t dev, unsigned int *gen) {
+    DEVICE("nvmlDeviceGetGpuMaxPcieLinkGeneration");
+    return uint_of(s, "pcie_gen_gpu_max", gen);
+}
+
+nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(nvmlDevice_t dev, unsigned int *width) {
+    DEVICE("nvmlDeviceGetCurrPcieLinkWidth");
+    return uint_of(s, "pcie_width_current", width);
+}
+
+nvmlReturn_t nvmlDeviceGetMaxPcieLinkWidth(nvmlDevice_t dev, unsigned int *width) {
+    DEVICE("nvmlDeviceGetMaxPcieLinkWidth");
+    return uint_of(s, "pcie_width_max", width);
+}
+
+/* MT/s per lane of PCIe generations 1..6, and NVML_PCIE_LINK_MAX_SPEED_* (1..6). */
+static const unsigned int gen_mtps[] = {0, 2500, 5000, 8000, 16000, 32000, 64000};
+
+nvmlReturn_t nvmlDeviceGetPcieSpeed(nvmlDevice_t dev, unsigned int *mbps) {
+    DEVICE("nvmlDeviceGetPcieSpeed");
+    unsigned int gen;
+    nvmlReturn_t r = uint_of(s, "pcie_gen_current", &gen);
+    if (r) return r;
+    if (!mbps) return NVML_ERROR_INVALID_ARGUMENT;
+    *mbps = gen < 7 ? gen_mtps[gen] : 0;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetPcieLinkMaxSpeed(nvmlDevice_t dev, unsigned int *speed) {
+    DEVICE("nvmlDeviceGetPcieLinkMaxSpeed");
+    unsigned int gen;
+    nvmlReturn_t r = uint_of(s, "pcie_gen_max", &gen);
+    if (r) return r;
+    if (!speed) return NVML_ERROR_INVALID_ARGUMENT;
+    *speed = gen < 7 ? gen : 0;
+    return NVML_SUCCESS;
+}
+
 static nvmlReturn_t clock_reasons(const section_t *s, unsigned long long *reasons) {
     return ull_of(s, "clocks_event_reasons", reasons);
 }
@@ -598,9 +649,93 @@ static const struct { unsigned int id; const char *key; int type; } fields[] = {
     {94, "pcie_replay", VALUE_UINT},
     {144, "remapped_rows_pending", VALUE_UINT},
     {145, "remapped_rows_failure", VALUE_UINT},
+    {173, "pcie_correctable_errors", VALUE_ULL},
+    {179, "pcie_nonfatal_errors", VALUE_ULL},
+    {180, "pcie_fatal_errors", VALUE_ULL},
     {197, "pcie_tx_bytes", VALUE_ULL},
     {198, "pcie_rx_bytes", VALUE_ULL},
 };
+
+/* ---- NVLink ------------------------------------------------------------------------ */
+/* One `nvlink <state> <tx_kib> <rx_kib> <crc_flit> <crc_data> <replay> <recovery>
+ * <ecc_data>` line per link, in link order; state: active, inactive, sleep,
+ * active_traffic_disabled (NVML_NVLINK_STATE_*, 0..3 as numbers too). The field values
+ * answer as the real library does: the link count, per-link state and DL error counters
+ * with the link in scopeId, throughput per link or summed over all links (scopeId
+ * 0xFFFFFFFF), error totals over all links. A device without `nvlink` lines answers
+ * NOT_SUPPORTED to every NVLink field, like a GPU without NVLink. */
+enum { NVL_STATE, NVL_TX, NVL_RX, NVL_CRC_FLIT, NVL_CRC_DATA, NVL_REPLAY, NVL_RECOVERY,
+       NVL_ECC_DATA, NVL_COLUMNS };
+#define MAX_NVLINK 36  /* NVML_NVLINK_MAX_LINKS */
+#define ALL_LINKS 0xFFFFFFFFu
+
+static int nvlinks(const section_t *s, unsigned long long links[][NVL_COLUMNS]) {
+    static const char *states[] = {"inactive", "active", "sleep", "active_traffic_disabled"};
+    int n = 0;
+    for (int i = 0; i < s->n && n < MAX_NVLINK; i++) {
+        char state[32];
+        unsigned long long *l = links[n];
+        if (strcmp(s->kv[i].key, "nvlink")) continue;
+        if (sscanf(s->kv[i].val, "%31s %llu %llu %llu %llu %llu %llu %llu", state, &l[NVL_TX],
+                   &l[NVL_RX], &l[NVL_CRC_FLIT], &l[NVL_CRC_DATA], &l[NVL_REPLAY],
+                   &l[NVL_RECOVERY], &l[NVL_ECC_DATA]) != 8) continue;
+        l[NVL_STATE] = strtoull(state, NULL, 0);
+        for (unsigned k = 0; k < sizeof states / sizeof states[0]; k++)
+            if (!strcmp(state, states[k])) l[NVL_STATE] = k;
+        n++;
+    }
+    return n;
+}
+
+/* fieldId -> (column, how the scope is read) */
+enum { PER_LINK, LINK_OR_ALL, TOTAL };
+static const struct { unsigned int id; int column, scope; } nvlink_fields[] = {
+    {165, NVL_STATE, PER_LINK},       /* NVML_FI_DEV_NVLINK_GET_STATE */
+    {161, NVL_REPLAY, PER_LINK},      /* NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY */
+    {162, NVL_RECOVERY, PER_LINK},    /* NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY */
+    {163, NVL_CRC_FLIT, PER_LINK},    /* NVML_FI_DEV_NVLINK_ERROR_DL_CRC */
+    {138, NVL_TX, LINK_OR_ALL},       /* NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX (KiB) */
+    {139, NVL_RX, LINK_OR_ALL},       /* NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX (KiB) */
+    {38, NVL_CRC_FLIT, TOTAL},        /* ..._CRC_FLIT_ERROR_COUNT_TOTAL */
+    {45, NVL_CRC_DATA, TOTAL},        /* ..._CRC_DATA_ERROR_COUNT_TOTAL */
+    {52, NVL_REPLAY, TOTAL},          /* ..._REPLAY_ERROR_COUNT_TOTAL */
+    {59, NVL_RECOVERY, TOTAL},        /* ..._RECOVERY_ERROR_COUNT_TOTAL */
+    {160, NVL_ECC_DATA, TOTAL},       /* ..._ECC_DATA_ERROR_COUNT_TOTAL */
+};
+
+/* 1: fv is an NVLink field (answered); 0: not one. */
+static int nvlink_field(const section_t *s, nvmlFieldValue_t *fv) {
+    unsigned long long links[MAX_NVLINK][NVL_COLUMNS];
+    int n = -1;
+    if (fv->fieldId == 91) {  /* NVML_FI_DEV_NVLINK_LINK_COUNT */
+        n = nvlinks(s, links);
+        fv->nvmlReturn = n ? NVML_SUCCESS : NVML_ERROR_NOT_SUPPORTED;
+        fv->valueType = VALUE_UINT;
+        fv->value.uiVal = (unsigned int)n;
+        return 1;
+    }
+    for (size_t f = 0; f < sizeof nvlink_fields / sizeof nvlink_fields[0]; f++) {
+        if (nvlink_fields[f].id != fv->fieldId) continue;
+        n = nvlinks(s, links);
+        int col = nvlink_fields[f].column, scope = nvlink_fields[f].scope;
+        unsigned long long v = 0;
+        fv->nvmlReturn = NVML_SUCCESS;
+        if (!n) {
+            fv->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+        } else if (scope == TOTAL || (scope == LINK_OR_ALL && fv->scopeId == ALL_LINKS)) {
+            for (int l = 0; l < n; l++) v += links[l][col];
+        } else if (fv->scopeId < (unsigned int)n) {
+            v = links[fv->scopeId][col];
+        } else {
+            fv->nvmlReturn = NVML_ERROR_INVALID_ARGUMENT;  /* no such link */
+        }
+        fv->valueType = col == NVL_STATE ? VALUE_UINT : VALUE_ULL;
+        if (col == NVL_STATE) fv->value.uiVal = (unsigned int)v;
+        else fv->value.ullVal = v;
+        return 1;
+    }
+    return 0;
+}
 
 nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t dev, int count, nvmlFieldValue_t *values) {
     DEVICE("nvmlDeviceGetFieldValues");
@@ -621,6 +756,7 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t dev, int count, nvmlFieldValu
                 goto next;
             }
         }
+        if (nvlink_field(s, fv)) continue;
         for (size_t f = 0; f < sizeof fields / sizeof fields[0]; f++) {
             unsigned long long v;
             if (fields[f].id != fv->fieldId || !get_ull(s, fields[f].key, &v)) continue;

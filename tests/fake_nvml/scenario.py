@@ -50,6 +50,25 @@ class Mig:
 
 
 @dataclass
+class NvLink:
+    """One NVLink of a GPU (`nvlink` line): its NVML state and cumulative counters, summed
+    by the library into the all-links fields."""
+
+    state: str = "active"  # active | inactive | sleep | active_traffic_disabled
+    tx_kib: int = 0
+    rx_kib: int = 0
+    crc_flit: int = 0
+    crc_data: int = 0
+    replay: int = 0
+    recovery: int = 0
+    ecc_data: int = 0
+
+    def line(self) -> str:
+        return (f"nvlink {self.state} {self.tx_kib} {self.rx_kib} {self.crc_flit} "
+                f"{self.crc_data} {self.replay} {self.recovery} {self.ecc_data}")
+
+
+@dataclass
 class Device:
     """One GPU. `values` holds the raw NVML numbers (units as NVML gives them: mW, mJ,
     MHz, percent); a key left out makes that NVML call answer NOT_SUPPORTED."""
@@ -75,6 +94,7 @@ class Device:
         default_factory=list
     )
     migs: list[Mig] = field(default_factory=list)
+    nvlinks: list[NvLink] = field(default_factory=list)  # none: a GPU without NVLink
 
 
 @dataclass
@@ -164,6 +184,8 @@ def _device_lines(d: Device) -> Iterable[str]:
         yield f"  process {kind} {pid} {'-' if used is None else used}{extra}"
     for pid, ts, sm, mem, enc, dec in d.process_utilization:
         yield f"  process_util {pid} {ts} {sm} {mem} {enc} {dec}"
+    for link in d.nvlinks:
+        yield f"  {link.line()}"
 
 
 # ---- ready-made scenarios ---------------------------------------------------------------
@@ -171,8 +193,13 @@ H100_NAME = "NVIDIA H100 80GB HBM3"
 H100_BUS = ("18", "2a", "3a", "5d", "9a", "ab", "ba", "db")
 
 
+H100_NVLINKS = 18  # NVLink 4 on H100 SXM
+
+
 def h100(i: int) -> Device:
-    """An H100 SXM with every value NVML gives, distinct per GPU so that a mix-up shows."""
+    """An H100 SXM with every value NVML gives, distinct per GPU so that a mix-up shows:
+    PCIe Gen5 x16, 18 active NVLinks (link l of GPU i moved (i+1)·10⁶ + l KiB each way,
+    GPU i's link 3 counts i replays)."""
     return Device(
         name=H100_NAME,
         uuid=f"GPU-{i:08x}-1111-2222-3333-4444555566{i:02d}",
@@ -208,7 +235,18 @@ def h100(i: int) -> Device:
             "pcie_rx_bytes": 2_000_000_000 + i,
             "clocks_event_reasons": REASON_SW_POWER_CAP if i == 1 else 0,
             "mig_mode": 0,
+            "pcie_gen_current": 5,
+            "pcie_gen_max": 5,
+            "pcie_gen_gpu_max": 5,
+            "pcie_width_current": 16,
+            "pcie_width_max": 16,
+            "pcie_correctable_errors": i,
+            "pcie_nonfatal_errors": 0,
+            "pcie_fatal_errors": 0,
         },
+        nvlinks=[NvLink("active", (i + 1) * 10**6 + link, 2 * (i + 1) * 10**6 + link,
+                        replay=i if link == 3 else 0)
+                 for link in range(H100_NVLINKS)],
     )
 
 
@@ -246,6 +284,12 @@ def rtx4080() -> Scenario:
             "clock_video_mhz": 765,
             "pcie_replay": 0,
             "clocks_event_reasons": REASON_GPU_IDLE,
+            # idle: Gen2 of a Gen4 x16 link (the sysfs capture of this card says 5.0 GT/s)
+            "pcie_gen_current": 2,
+            "pcie_gen_max": 4,
+            "pcie_gen_gpu_max": 4,
+            "pcie_width_current": 16,
+            "pcie_width_max": 16,
         },
         fans=[30, 32],
     )
@@ -282,7 +326,13 @@ def mig_a100() -> Scenario:
             "pcie_replay": 0,
             "clocks_event_reasons": 0,
             "mig_mode": 1,
+            "pcie_gen_current": 4,
+            "pcie_gen_max": 4,
+            "pcie_gen_gpu_max": 4,
+            "pcie_width_current": 16,
+            "pcie_width_max": 16,
         },
+        nvlinks=[NvLink("active", 5000 + link, 6000 + link) for link in range(12)],
     )
     profiles = [("3g.20gb", 1, 20), ("1g.5gb", 5, 5), ("1g.5gb", 6, 5)]
     for slot, (profile, gi, gib) in enumerate(profiles):

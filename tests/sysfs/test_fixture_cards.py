@@ -14,6 +14,10 @@ from tests.sysfs.tree import FakeSysfs, raw, raw_text
 
 ADDRESS = "0000:0c:00.0"
 DEVICE_FAMILIES = {"hw_gpu_info", "hw_gpu_up", "hw_status"}
+# The captures sit right below the host bridge here: their own link files are the link
+# (tests/sysfs/test_pcie_links.py puts them below their switches).
+PCIE_CURRENT = {"hw_gpu_pcie_current_link_width", "hw_gpu_pcie_current_link_transfers_per_second"}
+PCIE = PCIE_CURRENT | {"hw_gpu_pcie_max_link_width", "hw_gpu_pcie_max_link_transfers_per_second"}
 
 
 def num(card: str, path: str) -> int:
@@ -42,8 +46,13 @@ def test_rx6900xt(sysfs: FakeSysfs, procfs: Path) -> None:
         "hw_gpu_power_draw_watts", "hw_gpu_power_limit_watts",
         "hw_gpu_energy_consumed_joules_total", "hw_gpu_temperature_celsius",
         "hw_gpu_fan_speed_ratio", "hw_gpu_fan_speed_rpm", "hw_gpu_clock_hertz",
-        "hw_errors_total",
+        "hw_errors_total", *PCIE,
     }
+    assert raw_text(c, "device/current_link_speed") == "16.0 GT/s PCIe"
+    assert value(s, "hw_gpu_pcie_current_link_transfers_per_second") == 16e9
+    assert value(s, "hw_gpu_pcie_max_link_width") == num(c, "device/max_link_width")
+    assert "TOTAL_ERR_NONFATAL 0" in raw_text(c, "device/aer_dev_nonfatal")
+    assert value(s, "hw_errors_total", error_type="pcie_nonfatal") == 0
     # identity: hw_id is unique_id; product_name is empty in this capture -> pci.ids name
     unique_id = raw_text(c, "device/unique_id")
     assert unique_id == "946d7e1ef9b172dd"
@@ -94,7 +103,7 @@ def test_vega56(sysfs: FakeSysfs, procfs: Path) -> None:
         "hw_gpu_utilization_ratio", "hw_gpu_memory_usage_bytes", "hw_gpu_memory_limit_bytes",
         "hw_gpu_memory_utilization_ratio", "hw_gpu_power_draw_watts",
         "hw_gpu_power_limit_watts", "hw_gpu_temperature_celsius", "hw_gpu_fan_speed_ratio",
-        "hw_gpu_fan_speed_rpm", "hw_gpu_clock_hertz", "hw_errors_total",
+        "hw_gpu_fan_speed_rpm", "hw_gpu_clock_hertz", "hw_errors_total", *PCIE,
     }
     info = info_labels(s)
     assert info["hw_id"] == ADDRESS  # no unique_id file
@@ -119,7 +128,7 @@ def test_phoenix_apu(sysfs: FakeSysfs, procfs: Path) -> None:
     assert families(s) == DEVICE_FAMILIES | {
         "hw_gpu_utilization_ratio", "hw_gpu_memory_usage_bytes", "hw_gpu_memory_limit_bytes",
         "hw_gpu_memory_utilization_ratio", "hw_gpu_power_draw_watts",
-        "hw_gpu_temperature_celsius", "hw_gpu_clock_hertz",
+        "hw_gpu_temperature_celsius", "hw_gpu_clock_hertz", *PCIE,
     }
     assert struct.unpack_from("<HBB", raw(c, "device/gpu_metrics")) == (120, 2, 1)
     info = info_labels(s)
@@ -144,6 +153,7 @@ def test_a380_i915(sysfs: FakeSysfs, procfs: Path) -> None:
     assert families(s) == DEVICE_FAMILIES | {
         "hw_gpu_power_limit_watts", "hw_gpu_energy_consumed_joules_total",
         "hw_gpu_temperature_celsius", "hw_gpu_fan_speed_rpm", "hw_gpu_clock_hertz",
+        *PCIE_CURRENT,  # the capture has no max_link_* files
     }
     info = info_labels(s)
     assert info["hw_id"] == ADDRESS
@@ -165,7 +175,7 @@ def test_b580_xe(sysfs: FakeSysfs, procfs: Path) -> None:
     assert families(s) == DEVICE_FAMILIES | {
         "hw_gpu_power_limit_watts", "hw_gpu_energy_consumed_joules_total",
         "hw_gpu_temperature_celsius", "hw_gpu_fan_speed_ratio", "hw_gpu_fan_speed_rpm",
-        "hw_gpu_clock_hertz",
+        "hw_gpu_clock_hertz", *PCIE,
     }
     # energy: the channel labelled "card" (energy1), not "pkg" (energy2)
     assert raw_text(c, f"{mon}/energy1_label") == "card"

@@ -12,12 +12,24 @@ symlink layout of a real machine:
 The capture's `uevent` gets the new address in `PCI_SLOT_NAME=` (two captures share
 0000:0b:00.0, two share 0000:09:00.0), everything else is copied byte for byte (NUL
 padding included).
+
+A card can sit below the PCI bridges a real machine has above it (`ports`): the slot's
+root port, a platform switch, the card's own switch. Each is a folder of its own on the
+device path, with the files the kernel gives a bridge and its `bus/pci/devices` link:
+
+    devices/pci0000:00/0000:00:03.1/0000:0a:00.0/0000:0b:00.0/0000:0c:00.0/
+                       root port    upstream     downstream   the GPU
+                                    (the card's own switch)
+
+`card_switch()` builds the switches of the captured cards as they are (device ids and
+link capabilities of Navi 21, Vega 10, DG2 and Battlemage boards), `root_port()` a slot.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,6 +75,80 @@ PCI_CORE_FILES = frozenset({
 
 
 @dataclass(frozen=True)
+class Port:
+    """A PCI bridge on the path to a card (a PCIe root port or a switch port). `current_*`
+    is its link towards the card for a downstream or root port, towards the host for an
+    upstream port; `max_*` its own capability, as the kernel's files say."""
+
+    address: str
+    pci_id: str  # vendor:device, e.g. "1002:1478"
+    current_speed: str  # "16.0 GT/s PCIe", as current_link_speed reads
+    current_width: int
+    max_speed: str
+    max_width: int
+    aer: bool = True  # has the AER capability: aer_dev_* files, all counts 0
+
+    def write(self, folder: Path) -> None:
+        folder.mkdir(parents=True)
+        vendor, _, device = self.pci_id.partition(":")
+        (folder / "vendor").write_text(f"0x{vendor}\n")
+        (folder / "device").write_text(f"0x{device}\n")
+        (folder / "class").write_text("0x060400\n")
+        (folder / "uevent").write_text(
+            f"DRIVER=pcieport\nPCI_CLASS=60400\nPCI_ID={self.pci_id.upper()}\n"
+            f"PCI_SLOT_NAME={self.address}\n")
+        (folder / "current_link_speed").write_text(self.current_speed + "\n")
+        (folder / "current_link_width").write_text(f"{self.current_width}\n")
+        (folder / "max_link_speed").write_text(self.max_speed + "\n")
+        (folder / "max_link_width").write_text(f"{self.max_width}\n")
+        if self.aer:
+            for name in AER_FILES:
+                set_aer(folder, name, 0)
+
+
+# The real captures' AER files: the kernel's format (one line per error bit, then the total).
+AER_FILES = ("aer_dev_correctable", "aer_dev_nonfatal", "aer_dev_fatal")
+_AER_TEMPLATE = "rx6900xt"
+
+
+def set_aer(folder: Path, name: str, total: int, first: int | None = None) -> None:
+    """Writes `folder/name` in the capture's format with `total` errors, counted on the
+    first error bit (RxErr, Undefined) unless `first` says otherwise."""
+    lines = raw_text(_AER_TEMPLATE, f"device/{name}").splitlines()
+    key = lines[0].split()[0]
+    lines[0] = f"{key} {total if first is None else first}"
+    lines[-1] = f"{lines[-1].split()[0]} {total}"
+    (folder / name).write_text("\n".join(lines) + "\n")
+
+
+# PCIe switches the captured cards carry (lspci -nn of such boards), with the link
+# capability of their upstream port.
+CARD_SWITCHES: dict[str, tuple[str, str, str, int]] = {
+    # kind: (upstream port id, downstream port id, max speed, max width)
+    "navi21": ("1002:1478", "1002:1479", "16.0 GT/s PCIe", 16),  # RX 6800/6900
+    "vega10": ("1002:1470", "1002:1471", "8.0 GT/s PCIe", 16),  # RX Vega 56/64
+    "dg2": ("8086:4fa1", "8086:4fa4", "16.0 GT/s PCIe", 8),  # Arc A380/A750/A770
+    "bmg": ("8086:e2ff", "8086:e2f0", "16.0 GT/s PCIe", 8),  # Arc B580
+}
+
+
+def card_switch(kind: str, upstream: str, downstream: str, slot: tuple[str, int],
+                inner: tuple[str, int]) -> tuple[Port, Port]:
+    """The card's own switch: its upstream port trained to `slot` (speed, width) with the
+    slot, its downstream port to `inner` with the GPU (what the GPU function reports)."""
+    up_id, down_id, max_speed, max_width = CARD_SWITCHES[kind]
+    return (Port(upstream, up_id, slot[0], slot[1], max_speed, max_width),
+            Port(downstream, down_id, inner[0], inner[1], inner[0], inner[1]))
+
+
+def root_port(address: str, pci_id: str, max_speed: str, max_width: int,
+              link: tuple[str, int]) -> Port:
+    """The slot: a root port of the CPU (or chipset) with its capability, trained to
+    `link` (speed, width) with what is plugged in."""
+    return Port(address, pci_id, link[0], link[1], max_speed, max_width)
+
+
+@dataclass(frozen=True)
 class Card:
     name: str
     address: str
@@ -78,10 +164,18 @@ class FakeSysfs:
             (root / sub).mkdir(parents=True, exist_ok=True)
         self.cards: dict[str, Card] = {}
 
-    def add(self, name: str, address: str, number: int, connectors: tuple[str, ...] = ("DP-1",)
-            ) -> Card:
+    def add(self, name: str, address: str, number: int, connectors: tuple[str, ...] = ("DP-1",),
+            ports: Sequence[Port] = ()) -> Card:
+        """The capture `name` as the PCI device `address` with DRM card `number`, below
+        `ports` (the root port first; none: right under the host bridge)."""
         src = capture(name)
-        device = self.root / "devices" / "pci0000:00" / address
+        parent = self.root / "devices" / "pci0000:00"
+        for port in ports:
+            parent = parent / port.address
+            if not parent.exists():
+                port.write(parent)
+                self._link_pci(port.address, parent)
+        device = parent / address
         shutil.copytree(src / "device", device, symlinks=True)
         _rewrite_slot(device / "uevent", address)
         card = device / "drm" / f"card{number}"
@@ -94,18 +188,21 @@ class FakeSysfs:
             else:
                 shutil.copy2(entry, card / entry.name)
         os.symlink(f"../../../{address}", card / "device")
-        os.symlink(f"../../devices/pci0000:00/{address}/drm/card{number}",
-                   self.root / "class" / "drm" / f"card{number}")
+        drm = self.root / "class" / "drm"
+        os.symlink(os.path.relpath(card, drm), drm / f"card{number}")
         for conn in connectors:
             (card / f"card{number}-{conn}").mkdir()
             (card / f"card{number}-{conn}" / "status").write_text("connected\n")
-            os.symlink(f"../../devices/pci0000:00/{address}/drm/card{number}/card{number}-{conn}",
-                       self.root / "class" / "drm" / f"card{number}-{conn}")
-        os.symlink(f"../../../devices/pci0000:00/{address}",
-                   self.root / "bus" / "pci" / "devices" / address)
+            os.symlink(os.path.relpath(card / f"card{number}-{conn}", drm),
+                       drm / f"card{number}-{conn}")
+        self._link_pci(address, device)
         out = Card(name, address, number, device, card)
         self.cards[address] = out
         return out
+
+    def _link_pci(self, address: str, folder: Path) -> None:
+        bus = self.root / "bus" / "pci" / "devices"
+        os.symlink(os.path.relpath(folder, bus), bus / address)
 
     def add_plain(self, name: str, number: int) -> Path:
         """The capture as it is: `class/drm/cardN` a folder whose `device` is a plain
