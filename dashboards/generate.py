@@ -328,8 +328,9 @@ def fleet() -> Board:
 
 def cost() -> Board:
     b = Board("gpu-cost-energy", "GPU cost & energy",
-              "Idle spend, energy and energy cost, by team, host and GPU. Prices come from "
-              "alerts/gpu-prices.rules.yml (recording rules).", ["cost"])
+              "Idle spend, energy and energy cost, by team, host and GPU, and who pays: by "
+              "namespace, pod and Slurm job. Prices come from alerts/gpu-prices.rules.yml "
+              "(recording rules).", ["cost"])
     g = f"gpu:gpu_idle_cost_dollars_per_hour{{{SEL}}}"
     kwh = f"sum(increase(hw_gpu_energy_consumed_joules_total{{{SEL}}}[$__range])) / 3.6e6"
     b.row("Idle spend")
@@ -367,7 +368,54 @@ def cost() -> Board:
     b.add(timeseries("Energy cost per hour by host", "currencyUSD",
                      ('host_name:hw_gpu_energy_cost_dollars:increase1h{host_name=~"$host"}',
                       "{{host_name}}")))
+    who_pays(b)
     return b
+
+
+def who_pays(b: Board) -> None:
+    """The breakdowns of docs/attribution.md: energy each process was charged, summed by
+    namespace, pod and Slurm job; what the GPUs held by pods cost; the GPUs held but idle;
+    the share of the energy no process was charged for."""
+    energy = "process_gpu_energy_consumed_joules_total"
+    by_range = (f"sum by ({{by}}) (increase({energy}{{{{{SEL}, {{sel}}}}}}[$__range])) "
+                "/ 3.6e6")
+    b.row("Who pays: namespaces, pods, Slurm jobs")
+    b.add(bargauge("Energy by namespace, selected range", "kwatth",
+                   (by_range.format(by="k8s_namespace_name", sel='k8s_namespace_name!=""'),
+                    "{{k8s_namespace_name}}"),
+                   description="Energy split among the processes on each GPU by their share "
+                   "of its activity (docs/attribution.md), summed per namespace."), 8)
+    b.add(bargauge("Energy by Slurm job, selected range", "kwatth",
+                   (by_range.format(by="slurm_job_id", sel='slurm_job_id!=""'),
+                    "job {{slurm_job_id}}")), 8)
+    b.add(stat("Energy no process was charged for, selected range", "percentunit",
+               (f"sum(increase(hw_gpu_energy_unattributed_joules_total{{{SEL}}}[$__range])) / "
+                f"sum(increase(hw_gpu_energy_consumed_joules_total{{{SEL}}}[$__range]))", ""),
+               description="The unattributed share: free GPUs (no_process) and GPUs whose "
+               "per-process activity the driver does not give (no_activity_data)."), 8)
+    b.add(timeseries("Energy cost per hour by namespace", "currencyUSD",
+                     ("k8s_namespace_name:process_gpu_energy_cost_dollars:increase1h",
+                      "{{k8s_namespace_name}}")))
+    b.add(timeseries("GPU-hour cost per hour by namespace", "currencyUSD",
+                     ("k8s_namespace_name:k8s_gpu_allocation_cost_dollars:increase1h",
+                      "{{k8s_namespace_name}}"),
+                     description="Price per GPU-hour of the GPUs the kubelet gave the "
+                     "namespace's pods, used or not."))
+    b.add(table("Pods: energy and cost, last day", "currencyUSD",
+                ("k8s_pod_name:process_gpu_energy_cost_dollars:increase1d", "energy"),
+                ("k8s_pod_name:k8s_gpu_allocation_cost_dollars:increase1d", "GPU-hours"),
+                description="Dollars over the last day per pod: the energy its processes "
+                "were charged, and the price of the GPUs it held."), 12)
+    b.add(table("Slurm jobs: energy and cost, last day", "currencyUSD",
+                ("slurm_job_id:process_gpu_energy_cost_dollars:increase1d", "energy")), 12)
+    b.add(table("GPUs held but idle", "currencyUSD",
+                (f"k8s_pod_name:gpu_allocated_idle_cost_dollars_per_hour{{{SEL}}}", ""),
+                description="Allocated to a pod, no SM activity (or utilization), power "
+                "under 30% of the limit: dollars per hour each costs. GpuAllocatedButIdle "
+                "fires after 30 minutes."), 12)
+    b.add(timeseries("Unattributed energy by reason", "watt",
+                     (f"sum by (reason) (rate(hw_gpu_energy_unattributed_joules_total"
+                      f"{{{SEL}}}[{RI}]))", "{{reason}}")), 12)
 
 
 def _quantile(q: float, metric: str, by: str, selector: str = HOST_TEAM) -> str:

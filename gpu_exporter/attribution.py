@@ -124,8 +124,8 @@ class _Holder:
 
     @classmethod
     def first(cls, consumers: Sequence[Consumer] | None) -> _Holder:
-        keys = {c.key for c in consumers or ()}
-        return cls(keys, dict.fromkeys(keys, 0.0))
+        totals = dict.fromkeys((c.key for c in consumers or ()), 0.0)  # in their order
+        return cls(set(totals), totals)
 
     def split(self, joules: float, consumers: Sequence[Consumer] | None) -> None:
         if consumers is None:

@@ -279,6 +279,49 @@ PROCESS_GPU_UTILIZATION = Gauge(
     sources="NVML process utilization samples; DRM fdinfo engine time deltas",
 )
 
+PROCESS_GPU_ENERGY = Counter(
+    "process_gpu_energy_consumed_joules_total",
+    "The GPU's energy split among the processes on it by their share of its activity in "
+    "each interval, idle time included (the holder pays); starts at 0 when the process is "
+    "first seen on the GPU.", P, ProcessLabels, unit="joules",
+    sources="increase of hw_gpu_energy_consumed_joules_total between scrapes, shared by the "
+    "sum of smUtil of each process's NVML utilization samples (DRM fdinfo engine busy time "
+    "for AMD and Intel); MIG: by GPM engine activity or compute slices, then per process "
+    "(docs/attribution.md)",
+)
+
+# --- attribution and allocation ----------------------------------------------------------
+
+
+class UnattributedLabels(TypedDict):
+    reason: Literal["no_process", "no_activity_data"]
+
+
+HW_GPU_ENERGY_UNATTRIBUTED = Counter(
+    "hw_gpu_energy_unattributed_joules_total",
+    "The GPU's energy no process was charged for, by reason: with "
+    "process_gpu_energy_consumed_joules_total it adds up to the increase of "
+    "hw_gpu_energy_consumed_joules_total since the exporter's first reading of the GPU.", D,
+    UnattributedLabels, unit="joules",
+    sources="no_process: no process on the GPU throughout the interval; no_activity_data: "
+    "processes there but no per-process activity from the driver (docs/attribution.md)",
+)
+
+
+class K8sAllocationLabels(TypedDict):
+    k8s_namespace_name: str
+    k8s_pod_name: str
+    k8s_container_name: str
+
+
+K8S_GPU_ALLOCATION_INFO = Gauge(
+    "k8s_gpu_allocation_info",
+    "1 for each GPU (or MIG device) the kubelet has assigned to a container of a running "
+    "pod, whether or not anything runs on it.", D, K8sAllocationLabels,
+    sources="kubelet PodResources List; finished pods it still lists (kubernetes#119423) "
+    "left out by their pod log directory and cgroup",
+)
+
 # --- CUDA activity (eBPF) ----------------------------------------------------------------
 
 
@@ -471,6 +514,12 @@ EBPF_KERNEL_NAMES_OVERFLOW = Counter(
     "gpu_exporter_ebpf_kernel_names_overflow_total",
     "Launches of kernels beyond the name cap, reported as cuda_kernel_name=\"other\".", S,
     NoLabels,
+)
+
+PROCESSES_FOLDED = Counter(
+    "gpu_exporter_processes_folded_total",
+    "Processes beyond --processes.max-per-gpu on a GPU, reported in its "
+    "process_executable_name=\"other\" series; each counted once.", S, NoLabels,
 )
 
 CATALOGUE: tuple[Family[Any], ...] = tuple(

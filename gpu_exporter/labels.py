@@ -35,9 +35,11 @@ class DeviceLabels(TypedDict, total=False):
 
 
 class ProcessLabels(TypedDict, total=False):
-    """Emitted by the collector with each per-process sample, each when known."""
+    """Emitted by the collector with each per-process sample, each when known. The one
+    series per GPU that folds the processes beyond the cap has only
+    `process_executable_name="other"`."""
 
-    process_pid: Required[str]
+    process_pid: str
     process_executable_name: str
     container_id: str
     k8s_pod_name: str
@@ -46,6 +48,7 @@ class ProcessLabels(TypedDict, total=False):
     # without a kubelet) and the container name from the kubelet's PodResources
     k8s_pod_uid: str
     k8s_container_name: str
+    slurm_job_id: str  # from the process's cgroup path (slurmd's cgroup plugins)
 
 
 class NoLabels(TypedDict):

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeVar, cast
 
 from gpu_exporter import device_families
+from gpu_exporter.attribution import Consumer
 from gpu_exporter.family import Emitted
 from gpu_exporter.labels import PodLabels
 from gpu_exporter.records import GpuReading
@@ -132,6 +133,9 @@ class Sink(Emitted):
     device_labels: dict[str, PodLabels] = field(default_factory=dict)
     failures: list[tuple[str, str]] = field(default_factory=list)
     shared: Shared = field(default_factory=Shared)  # one per scrape, the same in each Sink
+    # The processes on each device whose list was read this scrape (None: not readable),
+    # by device key: what the exporter splits each GPU's energy among (attribution).
+    consumers: dict[str, Sequence[Consumer] | None] = field(default_factory=dict)
 
     def gpu(self, reading: GpuReading) -> None:
         """One device: its hw_gpu_* samples (`device_families`), and its identity for the

@@ -12,12 +12,14 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
 from gpu_exporter import catalogue as c
+from gpu_exporter import flagtypes
+from gpu_exporter.attribution import Consumer
 from gpu_exporter.collectors.base import (
     Availability,
     Collector,
@@ -32,7 +34,9 @@ from gpu_exporter.nvml import stack as nvml_stack
 from gpu_exporter.nvml.calls import NvmlGone, NvmlUnavailable
 from gpu_exporter.nvml.lanes import Lanes, Run
 from gpu_exporter.nvml.stack import Session, StackBusy
-from gpu_exporter.readers import fdinfo
+from gpu_exporter.process_cap import ProcessCap
+from gpu_exporter.readers import fdinfo, podliveness
+from gpu_exporter.readers.pci import normalize_pci_address
 from gpu_exporter.readers.podresources import (
     DEFAULT_SOCKET,
     ContainerRef,
@@ -53,8 +57,20 @@ DEVICE_LABELS_OPTION = Option(
     "processes.kubernetes-device-labels", bool, False,
     "Put k8s_pod_name, k8s_namespace_name and k8s_container_name of the pod a GPU is "
     "allocated to on that GPU's device series.", is_flag=True)
+MAX_PER_GPU_OPTION = Option(
+    "processes.max-per-gpu", flagtypes.Count(1, 10_000), 16,
+    "Processes per GPU with series of their own (the first seen); the others are folded "
+    "into one process_executable_name=\"other\" series per GPU and counted by "
+    "gpu_exporter_processes_folded_total.")
+POD_LOG_DIR_OPTION = Option(
+    "processes.pod-log-dir", str, podliveness.DEFAULT_LOG_DIR,
+    "The kubelet's pod log directory (mount the host's read-only): with the pods' cgroups "
+    "it tells finished pods, which the kubelet still lists with their GPUs, from running "
+    "ones.")
 # Never wait longer than this on the kubelet, whatever the scrape timeout.
 _KUBELET_TIMEOUT = 2.0
+_LIVENESS_FIX = ("mount the host's /var/log/pods read-only into the exporter's pod at the "
+                 "same path (or point --processes.pod-log-dir at it)")
 # NVML reads must end this long before the scrape deadline (see collectors/nvidia.py).
 _RETURN_MARGIN_SECONDS = 0.15
 NO_DRM_CARD = Availability.disabled(
@@ -67,13 +83,29 @@ class _Usage:
 
     memory_bytes: int | None = None
     utilization: dict[GpuTask, float] | None = None
+    # Busy measure over the interval, comparable between the processes of one device
+    # (NVML: sum of smUtil of the new samples; fdinfo: engine busy ratios): its share of
+    # the GPU's energy. None: the driver gave none this interval.
+    activity: float | None = None
+
+    def add(self, other: _Usage) -> None:
+        """Another process folded into this one (the "other" series of a GPU)."""
+        if other.memory_bytes is not None:
+            self.memory_bytes = (self.memory_bytes or 0) + other.memory_bytes
+        if other.activity is not None:
+            self.activity = (self.activity or 0.0) + other.activity
+        if other.utilization is not None:
+            merged = self.utilization if self.utilization is not None else {}
+            for task, ratio in other.utilization.items():
+                merged[task] = min(1.0, merged.get(task, 0.0) + ratio)
+            self.utilization = merged
 
 
 class ProcessesCollector(Collector):
     name = "processes"
     help = ("GPU memory and utilization per process (NVML; DRM fdinfo for AMD and Intel) "
             "with executable, container and Kubernetes pod.")
-    options = (SOCKET_OPTION, DEVICE_LABELS_OPTION)
+    options = (SOCKET_OPTION, DEVICE_LABELS_OPTION, MAX_PER_GPU_OPTION, POD_LOG_DIR_OPTION)
 
     def start(self) -> Availability:
         self._table = ProcessTable(self.settings.procfs)
@@ -81,6 +113,8 @@ class ProcessesCollector(Collector):
         self._socket = self.settings.get(SOCKET_OPTION)
         self._device_labels = self.settings.get(DEVICE_LABELS_OPTION)
         self._kubelet = PodResourcesClient(self._socket)
+        self._cap = ProcessCap(self.settings.get(MAX_PER_GPU_OPTION))
+        self._pod_log_dir = self.settings.get(POD_LOG_DIR_OPTION)
         self._nvml = nvml_stack.attach(self.settings)
         self._lanes: Lanes[int, nvml_processes.DeviceProcesses] = Lanes("processes")
         # Per GPU (hw_id) of the current NVML session: what its utilization sampling learnt.
@@ -95,7 +129,7 @@ class ProcessesCollector(Collector):
         self._kubelet_state(socket_problem(self._socket))
         self._procfs_checked = time.monotonic()
         self._procfs_problem = fdinfo.procfs_problem(self.settings.procfs)
-        self._fdinfo_state(_drm_gpus_present(self.settings.sysfs))
+        self._fdinfo_state(bool(_drm_gpus(self.settings.sysfs)))
         return Availability.enabled("; ".join(
             f"{name}: {a.state}" + (f" ({a.reason})" if a.reason else "")
             for name, a in self._features.items()
@@ -122,6 +156,9 @@ class ProcessesCollector(Collector):
         else:
             state = Availability.unavailable(problem.reason, problem.fix)
         self._features["kubelet"] = state
+        if problem is not None:
+            self._features["pod_liveness"] = Availability.disabled(
+                "no kubelet PodResources socket: no allocations to check")
 
     def _fdinfo_state(self, drm_cards: bool) -> None:
         """DRM fdinfo: off without an AMD/Intel card; unavailable while the procfs is
@@ -150,16 +187,55 @@ class ProcessesCollector(Collector):
         nvidia = self._start_nvidia(sink)
         pods = self._pods(sink)
         usage: dict[tuple[str, int], _Usage] = {}
-        self._collect_fdinfo(sink, usage)
+        read: set[str] = set()  # devices whose process lists were read this scrape
+        self._collect_fdinfo(sink, usage, read)
         if nvidia is not None:
-            self._finish_nvidia(sink, *nvidia, usage)
+            self._finish_nvidia(sink, *nvidia, usage, read)
         infos = self._table.lookup_many(pid for _, pid in usage)
         self._table.prune()
         uid_pods = _pods_by_uid(usage, infos, pods)
-        label_devices = self._device_labels and bool(pods)
+        by_device: dict[str, list[tuple[int, _Usage]]] = {}
         for (device, pid), u in sorted(usage.items()):
-            labels = _process_labels(device, pid, infos.get(pid), pods, uid_pods)
-            if label_devices:
+            by_device.setdefault(device, []).append((pid, u))
+        for device in sorted(by_device.keys() | read):
+            consumers = self._emit_device(sink, device, by_device.get(device, []), infos,
+                                          pods, uid_pods)
+            if device in read:
+                sink.consumers[device] = consumers
+        self._cap.forget_other_devices(by_device.keys() | read)
+        c.PROCESSES_FOLDED.emit(sink, self._cap.folded_total, {})
+        for device, refs in sorted((pods or {}).items()):
+            for r in refs:
+                c.K8S_GPU_ALLOCATION_INFO.emit(sink, 1, {
+                    "k8s_namespace_name": r.namespace, "k8s_pod_name": r.pod_name,
+                    "k8s_container_name": r.container_name}, device)
+        if self._device_labels and pods:
+            for device, refs in pods.items():
+                sink.label_device(device, _pod_labels(refs))
+
+    def _emit_device(
+        self, sink: Sink, device: str, entries: list[tuple[int, _Usage]],
+        infos: Mapping[int, ProcessInfo], pods: Mapping[str, tuple[ContainerRef, ...]] | None,
+        uid_pods: Mapping[str, tuple[str, str]],
+    ) -> list[Consumer]:
+        """The process series of one device, the processes beyond the cap folded into
+        one; what the device's energy is split among (one consumer per series, keyed by
+        the process (pid, start time) and its labels: a reused pid is a new counter)."""
+        own = self._cap.assign(device, [_identity(pid, infos) for pid, _ in entries])
+        series: list[tuple[Hashable, ProcessLabels, _Usage]] = []
+        other: _Usage | None = None
+        for pid, u in entries:
+            if _identity(pid, infos) in own:
+                labels = _process_labels(device, pid, infos.get(pid), pods, uid_pods)
+                series.append((_identity(pid, infos), labels, u))
+            else:
+                other = other or _Usage()
+                other.add(u)
+        if other is not None:
+            series.append(("other", {"process_executable_name": "other"}, other))
+        consumers = []
+        for process, labels, u in series:
+            if self._device_labels and pods:
                 # The device's pod labels are joined into every series of the device; a
                 # process's own (even unknown = empty, i.e. absent in Prometheus) win, so
                 # a host process is never credited to the pod its GPU is allocated to.
@@ -170,9 +246,9 @@ class ProcessesCollector(Collector):
             for task, ratio in sorted((u.utilization or {}).items()):
                 c.PROCESS_GPU_UTILIZATION.emit(sink, ratio, {**labels, "hw_gpu_task": task},
                                                device)
-        if self._device_labels and pods:
-            for device, refs in pods.items():
-                sink.label_device(device, _pod_labels(refs))
+            consumers.append(Consumer((process, tuple(sorted(labels.items()))), u.activity,
+                                      u.memory_bytes))
+        return consumers
 
     def _pods(self, sink: Sink) -> Mapping[str, tuple[ContainerRef, ...]] | None:
         problem = socket_problem(self._socket)
@@ -181,7 +257,7 @@ class ProcessesCollector(Collector):
             # No socket (yet): nothing failed, pods are unknown; the state says why.
             return None
         try:
-            return self._kubelet.list_gpus(min(_KUBELET_TIMEOUT, max(0.1, sink.time_left())))
+            pods = self._kubelet.list_gpus(min(_KUBELET_TIMEOUT, max(0.1, sink.time_left())))
         except PodResourcesError as exc:
             if exc.code == "UNIMPLEMENTED":  # an API the kubelet lacks: a state, no failure
                 self._features["kubelet"] = Availability.unavailable(
@@ -194,6 +270,28 @@ class ProcessesCollector(Collector):
                 str(exc), "check the kubelet on this node (`systemctl status kubelet`); "
                 "the exporter asks again every scrape")
             return None
+        return self._running(pods)
+
+    def _running(self, pods: Mapping[str, tuple[ContainerRef, ...]]
+                 ) -> Mapping[str, tuple[ContainerRef, ...]]:
+        """The allocations of pods the node does not show finished (kubernetes#119423:
+        the kubelet lists a finished pod with its devices until the pod is deleted)."""
+        try:
+            live = podliveness.read(self._pod_log_dir, self.settings.sysfs)
+        except podliveness.LivenessUnavailable as exc:
+            self._features["pod_liveness"] = Availability.unavailable(
+                f"{exc}: finished pods the kubelet still lists count as allocated",
+                _LIVENESS_FIX)
+            return pods
+        self._features["pod_liveness"] = (
+            Availability.enabled(self._pod_log_dir) if live.cgroups else
+            Availability.unavailable(
+                f"no kubelet cgroup tree under {self.settings.sysfs}/fs/cgroup: finished "
+                "pods the kubelet still lists count as allocated",
+                "mount the host's /sys (with /sys/fs/cgroup) and point --path.sysfs at it"))
+        running = {device: tuple(r for r in refs if not live.finished(r.namespace, r.pod_name))
+                   for device, refs in pods.items()}
+        return {device: refs for device, refs in running.items() if refs}
 
     def _start_nvidia(
         self, sink: Sink
@@ -222,12 +320,16 @@ class ProcessesCollector(Collector):
 
     def _finish_nvidia(self, sink: Sink, session: Session,
                        run: Run[int, nvml_processes.DeviceProcesses],
-                       usage: dict[tuple[str, int], _Usage]) -> None:
+                       usage: dict[tuple[str, int], _Usage], read: set[str]) -> None:
+        """Adds to `read` the GPUs (and MIG devices) whose process lists were read whole;
+        those that could not be are unknown this scrape (`sink.consumers` None)."""
         results = run.finish(sink.deadline - _RETURN_MARGIN_SECONDS)
         running: set[tuple[str, int]] = set()
         utilization: list[nvml_processes.ProcessUtilization] = []
         for index, dev in sorted(session.devices.items()):
             key = dev.identity.key
+            devices = [key, *(m.identity.key for m in dev.migs)]
+            sink.consumers.update(dict.fromkeys(devices))  # until read whole, below
             if index in run.busy:
                 sink.fail(f"{key}:busy", f"GPU {key} is still stuck in an NVML process call "
                                          "from an earlier scrape")
@@ -250,6 +352,8 @@ class ProcessesCollector(Collector):
                 continue
             for fkey, message in result.failures:
                 sink.fail(fkey, message)
+            if result.complete:
+                read.update(devices)
             for p in result.processes:
                 running.add((p.device, p.pid))
                 usage.setdefault((p.device, p.pid), _Usage()).memory_bytes = p.memory_bytes
@@ -257,41 +361,56 @@ class ProcessesCollector(Collector):
         for u in utilization:
             # Samples of a process that has exited since are not reported: it is gone.
             if (u.device, u.pid) in running:
-                usage[(u.device, u.pid)].utilization = dict(u.utilization_ratio)
+                entry = usage[(u.device, u.pid)]
+                entry.utilization = dict(u.utilization_ratio)
+                # its share of the GPU's energy: the sum of smUtil of the new samples
+                entry.activity = u.utilization_ratio.get("general", 0.0) * u.samples
 
-    def _collect_fdinfo(self, sink: Sink, usage: dict[tuple[str, int], _Usage]) -> None:
-        drm_cards = _drm_gpus_present(self.settings.sysfs)
-        self._fdinfo_state(drm_cards)
-        if not drm_cards:
+    def _collect_fdinfo(self, sink: Sink, usage: dict[tuple[str, int], _Usage],
+                        read: set[str]) -> None:
+        gpus = _drm_gpus(self.settings.sysfs)
+        self._fdinfo_state(bool(gpus))
+        if not gpus:
             return  # no AMD/Intel GPU: spare every scrape a walk over every open file
         try:
             clients = drm_clients(sink, self.settings.procfs)
         except TimeoutError as exc:
             sink.fail("fdinfo", str(exc))
+            for pci in gpus:
+                sink.consumers[pci] = None  # unknown this scrape, not free
             return
-        ratios = {u.client.key: u.utilization_ratio for u in self._engines.update(clients)}
+        read.update(gpus)
+        usages = {u.client.key: u for u in self._engines.update(clients)}
         for client in clients:
-            u = usage.setdefault((client.pci_address, client.pid), _Usage())
+            u = _Usage()
+            if client.vram_bytes is not None:
+                u.memory_bytes = client.vram_bytes
+            seen = usages.get(client.key)
+            if seen is not None:
+                u.utilization = dict(seen.utilization_ratio)
+                u.activity = sum(seen.engine_ratio.values())
             # A process holding several DRM files on one GPU: their memory and busy
             # time add up (each file is a separate client of the driver).
-            if client.vram_bytes is not None:
-                u.memory_bytes = (u.memory_bytes or 0) + client.vram_bytes
-            tasks = ratios.get(client.key)
-            if tasks is not None:
-                merged = u.utilization if u.utilization is not None else {}
-                for task, ratio in tasks.items():
-                    merged[task] = min(1.0, merged.get(task, 0.0) + ratio)
-                u.utilization = merged
+            usage.setdefault((client.pci_address, client.pid), _Usage()).add(u)
 
 
-def _drm_gpus_present(sysfs: str) -> bool:
-    """Whether a DRM card of a driver with fdinfo clients (amdgpu, i915, xe) exists."""
+def _drm_gpus(sysfs: str) -> set[str]:
+    """PCI addresses of the DRM cards of drivers with fdinfo clients (amdgpu, i915, xe)."""
+    out = set()
     for card in Path(sysfs, "class", "drm").glob("card[0-9]*"):
         if "-" in card.name:
             continue  # a connector (card0-DP-1)
-        if read_uevent(card / "device" / "uevent").get("DRIVER") in fdinfo.DRIVERS:
-            return True
-    return False
+        uevent = read_uevent(card / "device" / "uevent")
+        pci = normalize_pci_address(uevent.get("PCI_SLOT_NAME", ""))
+        if uevent.get("DRIVER") in fdinfo.DRIVERS and pci:
+            out.add(pci)
+    return out
+
+
+def _identity(pid: int, infos: Mapping[int, ProcessInfo]) -> tuple[int, int | None]:
+    """A process, not a pid: pid and start time (a reused pid is another process)."""
+    info = infos.get(pid)
+    return (pid, info.start_time_ticks if info is not None else None)
 
 
 def _pods_by_uid(
@@ -326,6 +445,8 @@ def _process_labels(
         labels["process_executable_name"] = info.executable_name
     if info.container_id:
         labels["container_id"] = info.container_id
+    if info.slurm_job_id:
+        labels["slurm_job_id"] = info.slurm_job_id
     if info.pod_uid is None:
         return labels  # a host process is never labelled with the pod its GPU serves
     labels["k8s_pod_uid"] = info.pod_uid

@@ -12,6 +12,7 @@ and is its `processes.nvml_utilization` state: a driver without the function is
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -29,6 +30,8 @@ from gpu_exporter.nvml.devices import (
 from gpu_exporter.records import GpuTask
 
 ProcessKind = Literal["compute", "graphics"]
+# How far back the first utilization read of a GPU goes: Prometheus' commonest interval.
+FIRST_WINDOW_SECONDS = 15.0
 
 _LISTS: tuple[tuple[ProcessKind, Versions], ...] = (
     ("compute", Versions.of("nvmlDeviceGetComputeRunningProcesses_v3",
@@ -64,6 +67,7 @@ class DeviceProcesses:
     processes: list[GpuProcess] = field(default_factory=list)
     utilization: list[ProcessUtilization] = field(default_factory=list)
     failures: list[tuple[str, str]] = field(default_factory=list)
+    complete: bool = True  # False: a process list could not be read (others may be missing)
 
 
 @dataclass
@@ -73,17 +77,21 @@ class UtilizationState:
     the GPU touches it."""
 
     availability: Availability
-    last_seen: int = 0
+    # The first read asks for the samples of the last FIRST_WINDOW_SECONDS, not for all
+    # the driver still buffers (lastSeenTimeStamp 0): a window like a scrape interval's.
+    last_seen: int = field(
+        default_factory=lambda: int((time.time() - FIRST_WINDOW_SECONDS) * 1_000_000))
 
 
 def read(dev: NvmlDevice, state: UtilizationState) -> DeviceProcesses:
-    """Raises NvmlGone; a lost GPU has no processes (its device series say it is lost)."""
+    """Raises NvmlGone; a lost GPU reports no processes (its device series say it is
+    lost), and says its list is not complete."""
     out = DeviceProcesses()
     call = Calls(dev.identity.key)
     try:
         _read(dev, state, call, out)
     except DeviceLost:
-        return DeviceProcesses()
+        return DeviceProcesses(complete=False)  # its processes are unknown, not none
     out.failures.extend(call.failures)
     return out
 
@@ -93,7 +101,10 @@ def _read(dev: NvmlDevice, state: UtilizationState, call: Calls, out: DeviceProc
     migs = {m.instance: m.identity.key for m in dev.migs}
     by_pid: dict[tuple[str, int], tuple[int | None, set[ProcessKind]]] = {}
     for kind, versions in _LISTS:
+        failed = len(call.failures)
         procs = versions.read(call, dev.handle)
+        if len(call.failures) > failed:
+            out.complete = False
         for p in procs or ():
             device = migs.get((instance_id(p.gpuInstanceId), instance_id(p.computeInstanceId)),
                               uuid)

@@ -61,8 +61,8 @@ def test_a_label_the_family_does_not_declare_fails_the_scrape() -> None:
 
 
 def test_a_missing_required_label_fails_the_scrape() -> None:
-    with pytest.raises(LabelSchemaError, match="missing required label 'process_pid'"):
-        _scrape(lambda sink: c.PROCESS_GPU_MEMORY_USAGE.emit(sink, 1, {}))  # type: ignore[typeddict-item]
+    with pytest.raises(LabelSchemaError, match="missing required label 'feature'"):
+        _scrape(lambda sink: c.FEATURE_STATUS.emit(sink, 1, {"state": "enabled"}))  # type: ignore[typeddict-item]
 
 
 def test_an_optional_label_may_be_absent_or_present() -> None:
@@ -110,7 +110,9 @@ def test_every_family_declares_its_scope() -> None:
         if m.scope is c.Scope.DEVICE:
             assert m.schema.required >= {"hw_vendor", "gpu_index"}, m.name
         if m.scope is c.Scope.PROCESS:
-            assert {"process_pid", "gpu_index"} <= m.schema.required, m.name
+            # process_pid is absent on the series that folds the processes beyond the cap
+            assert "gpu_index" in m.schema.required, m.name
+            assert {"process_pid", "process_executable_name"} <= set(names), m.name
         if m.scope is c.Scope.CUDA:
             assert "hw_id" in names and "hw_id" not in m.schema.required, m.name
         if m.scope in (c.Scope.HOST, c.Scope.SELF):

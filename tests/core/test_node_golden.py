@@ -23,6 +23,7 @@ from tests.fake_nvml import scenario as fake
 from tests.helpers import promtool_check_metrics, run_cli
 from tests.nvidia import golden
 from tests.processes.kubelet import Container, Pod, kubelet
+from tests.processes.podtree import pod_cgroup, pod_log_dir
 from tests.processes.procfs import write_process
 from tests.sysfs.tree import FakeSysfs, card_switch, raw_text, root_port
 
@@ -104,7 +105,11 @@ def test_a_node_with_every_collector_on_fakes(tmp_path: Path) -> None:
     args = ["dump", *(f"--collector.{name}" for name in on), "--no-collector.ebpf",
             f"--path.sysfs={sysfs}", f"--path.procfs={proc}",
             f"--processes.kubelet-socket={sock}", "--processes.kubernetes-device-labels",
+            f"--processes.pod-log-dir={tmp_path / 'pods'}",
             "--host.network-interfaces-exclude=.*"]
+    # The node shows the pod running: its log directory and a populated cgroup.
+    pod_log_dir(tmp_path / "pods", "ml", "train-0", UID)
+    pod_cgroup(Path(sysfs), "v2-systemd", UID, running=True)
     env = {**fake.env(fake.build(), sc.write(tmp_path / "node.scenario")),
            "OTEL_SERVICE_NAME": "gpu-node", "OTEL_RESOURCE_ATTRIBUTES": "team=ml"}
     with kubelet(sock, pods):

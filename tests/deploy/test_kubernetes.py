@@ -145,7 +145,8 @@ def test_base_daemonset_is_least_privilege() -> None:
     mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
     volumes = {v["name"]: v for v in pod["volumes"]}
     for host, inside in (("/sys", "/host/sys"), ("/proc", "/host/proc"),
-                         ("/var/lib/kubelet/pod-resources", "/var/lib/kubelet/pod-resources")):
+                         ("/var/lib/kubelet/pod-resources", "/var/lib/kubelet/pod-resources"),
+                         ("/var/log/pods", "/var/log/pods")):
         assert mounts[inside]["readOnly"] is True, inside
         assert volumes[mounts[inside]["name"]]["hostPath"]["path"] == host
     assert f"--path.sysfs={'/host/sys'}" in c["args"]

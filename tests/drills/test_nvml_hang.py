@@ -108,7 +108,7 @@ def _node(tmp_path: Path) -> tuple[fake.Scenario, Path]:
     sc = fake.h100x8()
     for i, d in enumerate(sc.devices):
         d.processes = [("compute", 2000 + i, (i + 1) * 1024**3, None, None)]
-        d.process_utilization = [(2000 + i, 1000, 50, 10, 0, 0)]
+        d.process_utilization = [(2000 + i, int(time.time() * 1e6), 50, 10, 0, 0)]
         write_process(tmp_path / "proc", 2000 + i, comm=f"train{i}", start=i + 1)
     return sc, tmp_path / "proc"
 

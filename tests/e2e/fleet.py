@@ -33,14 +33,32 @@ GIB = 1024**3
 RESOURCE_ATTRIBUTES = "team=ml-platform,deployment.environment=demo,demo=true"
 
 
-def scenario(pid: int) -> fake.Scenario:
-    """Four H100s: 0 busy with a critical XID, 1 nearly idle, 2 thermally throttled with
+@dataclass(frozen=True)
+class Workload:
+    """A process on a GPU: busy ones report utilization samples that follow the GPU's
+    utilization, idle ones (holding memory, doing nothing) samples of 0."""
+
+    pid: int
+    memory_bytes: int
+    busy: bool
+
+
+IDLE_GPU = 4
+
+
+def scenario(pid: int, workloads: dict[int, list[Workload]] | None = None) -> fake.Scenario:
+    """Five H100s: 0 busy with a critical XID, 1 nearly idle, 2 thermally throttled with
     XID 63 (row remapping recorded),
-    3 with an uncorrected ECC error and its memory almost full."""
-    devices = [fake.h100(i) for i in range(4)]
+    3 with an uncorrected ECC error and its memory almost full, 4 idle (held by a pod in
+    the end-to-end test). The processes: `workloads` by GPU, else this `pid` on GPU 0."""
+    devices = [fake.h100(i) for i in range(5)]
     devices[0].xids = [79]
-    devices[0].processes = [("compute", pid, 30 * GIB, None, None)]
+    for i, procs in (workloads or {0: [Workload(pid, 30 * GIB, True)]}).items():
+        devices[i].processes = [("compute", w.pid, w.memory_bytes, None, None)
+                                for w in procs]
     devices[1].values["util_gpu"] = 3
+    devices[IDLE_GPU].values.update({"util_gpu": 0, "util_memory": 0, "power_usage_mw": 70_000,
+                                     "memory_used": 2 * GIB})
     devices[2].values["clocks_event_reasons"] = fake.REASON_HW_THERMAL | fake.REASON_SW_THERMAL
     devices[2].xids = [63]
     devices[3].values["ecc_uncorrected"] = 1
@@ -58,15 +76,17 @@ class Fleet:
     env: dict[str, str] = field(default_factory=dict)
     args: list[str] = field(default_factory=list)
     cuda_dir: Path | None = None  # fake CUDA libraries and workload, when eBPF is on
+    workloads: dict[int, list[Workload]] = field(default_factory=dict)
 
 
-def build(root: Path, pid: int | None = None, ebpf: bool = False) -> Fleet:
+def build(root: Path, pid: int | None = None, ebpf: bool = False,
+          workloads: dict[int, list[Workload]] | None = None) -> Fleet:
     """Prepare the fake NVML library, its scenario and a fake /sys under `root`; with
     `ebpf`, also the fake CUDA libraries and workload (`root/cuda`) and the flags that
     enable the eBPF collector (needs root, bcc and kernel headers, as CI has)."""
     root.mkdir(parents=True, exist_ok=True)
     lib_dir = fake.build()
-    sc = scenario(pid if pid is not None else os.getpid())
+    sc = scenario(pid if pid is not None else os.getpid(), workloads)
     path = sc.write(root / "gpus.scenario")
     sysfs = FakeSysfs(root / "sys")
     # Each card below its own PCIe switch, as on a real board. The RX 6900 XT is busy and
@@ -82,7 +102,8 @@ def build(root: Path, pid: int | None = None, ebpf: bool = False) -> Fleet:
                      inner=("2.5 GT/s PCIe", 1))))
     env = {**fake.env(lib_dir, path), "OTEL_RESOURCE_ATTRIBUTES": RESOURCE_ATTRIBUTES}
     args = [f"--path.sysfs={sysfs.root}"]
-    fl = Fleet(root, sc, path, sysfs, lib_dir, env, args)
+    fl = Fleet(root, sc, path, sysfs, lib_dir, env, args,
+               workloads=workloads or {0: [Workload(pid or os.getpid(), 30 * GIB, True)]})
     if ebpf:
         from tests.ebpf.conftest import build_into
 
@@ -104,12 +125,19 @@ class LoadDriver(threading.Thread):
             "hwmon/hwmon*/energy1_input"))
 
     def step(self, t: float) -> None:
+        now_us = int(time.time() * 1e6)
         for i, d in enumerate(self.fleet.scenario.devices):
-            # the idle one (GPU 1) stays idle
-            util = 3 if i == 1 else int(70 + 25 * math.sin(t / 20 + i))
-            power_mw = 100_000 + util * 6_000
+            # the nearly idle one (GPU 1) stays so, the idle one (GPU 4) idle
+            util = 3 if i == 1 else 0 if i == IDLE_GPU else int(70 + 25 * math.sin(t / 20 + i))
+            power_mw = 70_000 if i == IDLE_GPU else 100_000 + util * 6_000
             d.values["util_gpu"] = util
             d.values["power_usage_mw"] = power_mw
+            # One utilization sample per process and step, as NVML's ring buffer keeps
+            # them (the last ten seconds).
+            d.process_utilization = [
+                *(u for u in d.process_utilization if u[1] > now_us - 10_000_000),
+                *((w.pid, now_us, util if w.busy else 0, 0, 0, 0)
+                  for w in self.fleet.workloads.get(i, []))]
             d.values["energy_mj"] = int(d.values["energy_mj"]) + int(power_mw * self.period)
             d.values["pcie_tx_bytes"] = int(d.values["pcie_tx_bytes"]) + 50_000_000
             d.values["pcie_rx_bytes"] = int(d.values["pcie_rx_bytes"]) + 80_000_000

@@ -90,7 +90,9 @@ def test_promtool_and_golden(h100_scrape: str) -> None:
 # Families of the spec NVML cannot give an H100 SXM: RPM is a hwmon reading (AMD/Intel);
 # the board has no fan; XID counts appear with the first event (tested elsewhere).
 NOT_FROM_H100 = {c.HW_GPU_FAN_SPEED_RPM.name, c.HW_GPU_FAN_SPEED_RATIO.name,
-                 c.HW_GPU_XID_ERRORS.name}
+                 c.HW_GPU_XID_ERRORS.name,
+                 # device families of the processes collector (attribution, allocations)
+                 c.HW_GPU_ENERGY_UNATTRIBUTED.name, c.K8S_GPU_ALLOCATION_INFO.name}
 
 
 def test_dump_prints_every_nvidia_family(fake_lib: Path, tmp_path: Path) -> None:

@@ -34,6 +34,10 @@ def _k8s(uid: str, cid: str) -> str:
             f"cri-containerd-{cid}.scope\n")
 
 
+def now_us() -> int:
+    return int(time.time() * 1_000_000)
+
+
 def uuid(i: int) -> str:
     return fake.h100(i).uuid
 
@@ -44,8 +48,11 @@ def scenario() -> fake.Scenario:
     # GPU 0: a training process with a compute and a graphics context (same memory).
     d[0].processes = [("compute", 1001, 20 * GIB, None, None),
                       ("graphics", 1001, 20 * GIB, None, None)]
-    d[0].process_utilization = [(1001, 1000, 50, 30, 0, 10), (1001, 2000, 70, 50, 0, 10),
-                                (9999, 2500, 99, 99, 0, 0)]  # 9999 has exited already
+    # NVML stamps samples with the host's clock (µs); the first read asks for the last 15 s.
+    now = now_us()
+    d[0].process_utilization = [(1001, now - 3_000_000, 50, 30, 0, 10),
+                                (1001, now - 2_000_000, 70, 50, 0, 10),
+                                (9999, now - 1_500_000, 99, 99, 0, 0)]  # 9999 has exited
     d[1].processes = [("compute", 1002, 10 * GIB, None, None)]
     # GPU 2 is time-sliced between two pods; GPU 3 belongs to infer-a alone.
     d[2].processes = [("compute", 1003, 3 * GIB, None, None),
@@ -55,7 +62,8 @@ def scenario() -> fake.Scenario:
     d[5].processes = [("compute", 1006, 6 * GIB, None, None)]
     # GPU 6: a plain docker container; NVML cannot tell its memory.
     d[6].processes = [("compute", 1007, None, None, None)]
-    d[6].process_utilization = [(1007, 500, 25, 5, 40, 0)]
+    d[6].process_utilization = [(1007, now - 3_500_000, 25, 5, 40, 0),
+                                (1007, now - 60_000_000, 99, 99, 99, 99)]  # too old
     # GPU 7: a process in a pid namespace this /proc does not show.
     d[7].processes = [("compute", 1008, 8 * GIB, None, None)]
     return sc
@@ -208,7 +216,7 @@ def test_between_scrapes_processes_exit_pids_are_reused_and_intervals_advance(
         write_process(procfs, 1002, comm="bash", cgroup="0::/user.slice/session-9.scope\n",
                       start=999)
         sc.devices[1].processes = [("compute", 1002, 1 * GIB, None, None)]
-        sc.devices[0].process_utilization.append((1001, 3000, 20, 10, 0, 0))
+        sc.devices[0].process_utilization.append((1001, now_us(), 20, 10, 0, 0))
         sc.write()
         second = parse(exp.scrape())
 
