@@ -47,6 +47,7 @@ log = logging.getLogger("gpu_exporter.exporter")
 # Collectors get the scrape timeout less this margin, so that the merge and the HTTP
 # response still fit in the scraper's own timeout.
 _MARGIN_SECONDS = 0.25
+_STAGGER_SECONDS = 0.02
 
 
 def _nvml_bindings_version() -> str:
@@ -182,14 +183,20 @@ class GpuExporterCollector(PromCollector):
         sinks: dict[str, Sink] = {}
         success: dict[str, bool] = {}
         duration: dict[str, float] = {}
-        # Start them all, then wait: each collector runs on its own persistent worker,
-        # handed its job straight from this thread (no thread is started per scrape).
+        # Each collector runs on its own persistent worker, handed its job straight from
+        # this thread (no thread is started per scrape). One starts when the one before
+        # it has returned, or has run _STAGGER_SECONDS: collectors that answer quickly
+        # take turns instead of taking the GIL from each other at every NVML call and
+        # system call, and one that waits or hangs delays the others by that much only.
         pending: dict[str, tuple[_Slot, Job[bool], float]] = {}
         ended: dict[str, float] = {}  # by the workers: when each collector returned
         shared = Shared()  # what one collector reads for all of this scrape
+        previous: Job[bool] | None = None
         for name, slot in self._slots.items():
             sink = Sink(name, deadline, shared=shared)
             sinks[name] = sink
+            if previous is not None:
+                previous.wait(min(_STAGGER_SECONDS, deadline - time.monotonic()))
             started = time.monotonic()
             if slot.availability.state == "unavailable" and (
                 started - slot.last_start < self.settings.retry_interval_seconds
@@ -206,6 +213,7 @@ class GpuExporterCollector(PromCollector):
                 duration[name] = time.monotonic() - started
                 continue
             pending[name] = (slot, job, started)
+            previous = job
         for name, (slot, job, started) in pending.items():
             if job.wait(deadline - time.monotonic()):
                 ok = self._finished(slot, sinks[name], job)
@@ -389,21 +397,22 @@ def _add_scalars(
     samples: list[PromSample], name: str, lists: list[list[Series]],
     joined: Mapping[str, dict[str, str]], resource: dict[str, str],
 ) -> None:
-    new = PromSample
+    # The loop of every scrape over every series: names bound locally.
+    new, append, device_base = PromSample, samples.append, joined.get
     for series in lists:
         for own, value, device in series:
             if device is not None:
-                base = joined.get(device)
+                base = device_base(device)
                 if base is None:
                     continue  # a sample for a device no collector reported this scrape
                 # Series without labels of their own share their device's dict (the
                 # renderer only reads it).
                 labels = {**base, **own} if own else base
-            elif resource:
-                labels = {**resource, **own}
+            elif own:
+                labels = {**resource, **own} if resource else own  # type: ignore[assignment]
             else:
-                labels = own  # type: ignore[assignment]  # read only from here on
-            samples.append(new(name, labels, value))
+                labels = resource
+            append(new(name, labels, value))
 
 
 def _add_histograms(

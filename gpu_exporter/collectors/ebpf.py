@@ -157,12 +157,14 @@ class EbpfCollector(Collector):
         if self._engine is None:
             return
         a: CudaActivity = self._engine.read()
-        for launch in a.launches:
-            launch_labels: c.LaunchLabels = {
+        launches = c.GPU_KERNEL_LAUNCH_CALLS
+        for launch in a.launches:  # thousands of series: no helper call per launch
+            labels: c.LaunchLabels = {
                 "cuda_kernel_name": launch.kernel_name,
                 "process_executable_name": launch.executable, "cuda_api": launch.api}
-            c.GPU_KERNEL_LAUNCH_CALLS.emit(sink, launch.count,
-                                           _pid(launch_labels, launch.pid))
+            if launch.pid is not None:
+                labels["process_pid"] = str(launch.pid)
+            launches.emit(sink, launch.count, labels)
         for h in a.grid_size:
             grid: c.ExecutableLabels = {"process_executable_name": h.key.executable}
             c.GPU_KERNEL_GRID_SIZE.emit(sink, *_hist(h), _pid(grid, h.key.pid))
