@@ -24,7 +24,7 @@ def _scope(s: Series) -> str:
     metric = c.BY_NAME.get(s.name) or c.BY_NAME.get(s.name.rsplit("_", 1)[0])
     if metric is None:
         return "unknown"
-    return metric.scope.value
+    return metric.scope.key
 
 
 @pytest.mark.parametrize("node", ["h100x8", "h100x8+200proc"])
