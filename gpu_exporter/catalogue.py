@@ -336,7 +336,8 @@ class LaunchLabels(CudaLabels):
 
 
 GPU_KERNEL_LAUNCH_CALLS = Counter(
-    "gpu_kernel_launch_calls_total", "CUDA kernel launches.", C, LaunchLabels, fixed=True,
+    "gpu_kernel_launch_calls_total", "CUDA kernel launches that succeeded.", C, LaunchLabels,
+    fixed=True,
     sources="uprobes on cudaLaunchKernel*, cudaGraphLaunch, cuLaunchKernel*",
 )
 
@@ -374,7 +375,7 @@ class CopyLabels(CudaLabels):
 
 
 GPU_MEMORY_COPIES = Histogram(
-    "gpu_memory_copies_bytes", "Bytes per memory copy call, sync and async.", C,
+    "gpu_memory_copies_bytes", "Bytes per successful memory copy call, sync and async.", C,
     CopyLabels, unit="bytes", fixed=True, sources="uprobes on cudaMemcpy*, cuMemcpy*",
 )
 
@@ -385,7 +386,7 @@ class AllocationLabels(CudaLabels):
 
 
 GPU_MEMORY_ALLOCATIONS = Histogram(
-    "gpu_memory_allocations_bytes", "Bytes per allocation call.", C, AllocationLabels,
+    "gpu_memory_allocations_bytes", "Bytes per successful allocation call.", C, AllocationLabels,
     unit="bytes", sources="uprobes on cudaMalloc*, cuMemAlloc*",
 )
 
@@ -395,8 +396,23 @@ class SyncLabels(CudaLabels):
 
 
 GPU_SYNC_DURATION = Histogram(
-    "gpu_sync_duration_seconds", "Time blocked in synchronising calls.", C, SyncLabels,
-    unit="seconds", sources="uprobe/uretprobe pairs on *Synchronize",
+    "gpu_sync_duration_seconds", "Time blocked in synchronising calls that succeeded.", C,
+    SyncLabels, unit="seconds", sources="uprobe/uretprobe pairs on *Synchronize",
+)
+
+
+class CudaErrorLabels(CudaLabels):
+    cuda_call: str  # the entry point as documented: cudaMemcpyAsync, cuLaunchKernel
+    error_type: str  # cudaErrorNoDevice, CUDA_ERROR_NOT_INITIALIZED; the number if unknown
+    process_executable_name: str
+
+
+GPU_CUDA_ERRORS = Counter(
+    "gpu_cuda_errors_total",
+    "CUDA calls that returned an error (not counted as launches, copies, allocations or "
+    "synchronisations).", C, CudaErrorLabels,
+    sources="the return value of every probed call (uretprobes); names from the CUDA "
+    "libraries' own cudaGetErrorName/cuGetErrorName",
 )
 
 # --- host --------------------------------------------------------------------------------

@@ -186,6 +186,10 @@ class EbpfCollector(Collector):
         for h in a.sync_duration_seconds:
             sync: c.SyncLabels = {"cuda_sync_call": h.key.sync_call}
             c.GPU_SYNC_DURATION.emit(sink, *_hist(h), _pid(sync, h.key.pid))
+        for e in a.errors:
+            error: c.CudaErrorLabels = {"cuda_call": e.key.call, "error_type": e.key.error_type,
+                                        "process_executable_name": e.key.executable}
+            c.GPU_CUDA_ERRORS.emit(sink, e.count, _pid(error, e.key.pid))
         for reason, n in sorted(a.dropped.items()):
             c.EBPF_EVENTS_DROPPED.emit(sink, n, {"reason": reason})
         for library in a.attached_libraries:

@@ -8,6 +8,7 @@ out as the CUDA headers declare them.
 
 from __future__ import annotations
 
+import re
 import struct
 from dataclasses import dataclass
 from typing import Final
@@ -15,7 +16,8 @@ from typing import Final
 # --- map sizes ---------------------------------------------------------------------------
 STATS_MAX: Final = 65536  # counters and histogram slots, all processes together
 THREADS_MAX: Final = 16384  # threads inside a probed call at one time
-PROCS_MAX: Final = 8192  # processes with a launch not yet covered by a synchronise
+PROCS_MAX: Final = 8192  # processes that launched (shapes) / await a synchronise (pending)
+LAUNCH_SLOTS: Final = 16  # launch counters kept in a process's shape value
 RINGBUF_PAGES: Final = 64  # 256 KiB of rare events
 PROC_RINGBUF_PAGES: Final = 16  # 64 KiB of 8-byte "look at this process" events
 NAME_LEN: Final = 256  # kernel names read from cuModuleGetFunction & co.
@@ -28,6 +30,7 @@ FAM_COPY: Final = 4  # sub = cudaMemcpyKind
 FAM_ALLOC: Final = 5  # sub = api
 FAM_SYNC: Final = 6  # sub = SYNC_*
 FAM_DURATION: Final = 7  # sub = api, id = kernel
+FAM_ERROR: Final = 8  # sub = the call (its probe's index), id = the error code
 GRID_SLOTS: Final = 34  # slots 0..32 (up to 2^32 blocks), then one for anything above
 BLOCK_SLOTS: Final = 12  # slots 0..10 (up to 1024 threads), then one for anything above
 SLOT_SUM: Final = 100  # histogram families: the sum of values; slots 0..64 are log2 buckets
@@ -44,6 +47,7 @@ MEMCPY_DEVICE_TO_HOST: Final = 2
 MEMCPY_DEVICE_TO_DEVICE: Final = 3
 MEMCPY_DEFAULT: Final = 4
 MEMCPY_KIND_MAX: Final = 4
+MEMCPY_FROM_ARGS: Final = 0xFF  # in a copy probe's cookie: the kind is an argument
 MEMCPY_KIND_NAMES: Final = {
     MEMCPY_HOST_TO_HOST: "HostToHost",
     MEMCPY_HOST_TO_DEVICE: "HostToDevice",
@@ -57,13 +61,24 @@ SYNC_CUDA_DEVICE: Final = 1
 SYNC_CUDA_EVENT: Final = 2
 SYNC_CU_STREAM: Final = 3
 SYNC_CU_CTX: Final = 4
+SYNC_CU_EVENT: Final = 5
 SYNC_NAMES: Final = {
     SYNC_CUDA_STREAM: "cudaStreamSynchronize",
     SYNC_CUDA_DEVICE: "cudaDeviceSynchronize",
     SYNC_CUDA_EVENT: "cudaEventSynchronize",
     SYNC_CU_STREAM: "cuStreamSynchronize",
     SYNC_CU_CTX: "cuCtxSynchronize",
+    SYNC_CU_EVENT: "cuEventSynchronize",
 }
+
+# What an allocation allocates (the memory type, in an allocation probe's cookie).
+MEM_DEVICE: Final = 0
+MEM_MANAGED: Final = 1
+MEM_HOST: Final = 2
+
+# The device a call was made on (struct skey.dev): the calling thread's current device
+# ordinal + 1, or this when it never chose one.
+DEV_NONE: Final = 0
 
 OP_LAUNCH: Final = 1
 OP_COPY: Final = 2
@@ -72,6 +87,7 @@ OP_SYNC: Final = 4
 OP_GET_KERNEL: Final = 5
 OP_GET_FUNCTION: Final = 6
 OP_KERNEL_FUNCTION: Final = 7
+OP_GRAPH_LAUNCH: Final = 8
 
 EV_NEW_KEY: Final = 1
 EV_HANDLE_NAME: Final = 2  # id = CUfunction/CUkernel, name = its (mangled) name
@@ -136,71 +152,100 @@ def defines() -> list[str]:
 EVENT_HEAD = struct.Struct("<IIHHIQQ16s")  # type, tgid, fam, sub, pad, id, target, comm
 
 
+_SUFFIX = re.compile(r"(_v\d)?(_pt[sd][sz])?$")
+
+
 @dataclass(frozen=True)
 class Probe:
+    """One probed entry point: an entry program (`program`) and the one return program,
+    told apart by the probe's cookie: its index in ALL_PROBES, a constant of the call
+    (`arg`), and whether it is a driver call."""
+
     symbol: str
-    program: str  # the BPF function run on entry
-    returns: str | None = None  # the BPF function run on return, if any
+    program: str
+    arg: int = 0
+    driver: bool = False
+    # The CUDA release that added it, when newer than the real libraries recorded in
+    # tests/fixtures/cuda/real-symbols.txt (runtime 11.8, driver 535 / CUDA 12.2).
+    since: str = ""
+
+    @property
+    def call(self) -> str:
+        """The documented name (cuda_call): `cuMemcpyHtoDAsync_v2_ptsz` is
+        `cuMemcpyHtoDAsync`, as the CUDA headers' macros name it."""
+        return _SUFFIX.sub("", self.symbol)
 
 
-def _rt(symbol: str, program: str) -> Probe:
-    # Every runtime probe has a return probe: it ends the thread's "inside a runtime
-    # call" marker, so that the driver calls the runtime makes are not counted twice.
-    return Probe(symbol, program, "rt_ret")
+RETURN_PROGRAM: Final = "on_return"
 
+
+def _variants(symbol: str, program: str, arg: int = 0, driver: bool = False,
+              suffixes: tuple[str, ...] = ("",)) -> tuple[Probe, ...]:
+    return tuple(Probe(symbol + s, program, arg, driver) for s in suffixes)
+
+
+def _rt(symbol: str, program: str, arg: int = 0, *suffixes: str) -> tuple[Probe, ...]:
+    return _variants(symbol, program, arg, False, ("", *suffixes))
+
+
+def _drv(symbol: str, program: str, arg: int = 0, *suffixes: str) -> tuple[Probe, ...]:
+    return _variants(symbol, program, arg, True, ("", *suffixes))
+
+
+# _ptsz / _ptds: the same call with the per-thread default stream (nvcc
+# --default-stream per-thread), exported by the runtime and the driver.
+PTSZ, PTDS = "_ptsz", "_ptds"
 
 RUNTIME_PROBES: Final[tuple[Probe, ...]] = (
-    _rt("cudaLaunchKernel", "rt_launch"),
-    _rt("cudaLaunchKernel_ptsz", "rt_launch"),
-    _rt("cudaLaunchCooperativeKernel", "rt_launch"),
-    _rt("cudaLaunchCooperativeKernel_ptsz", "rt_launch"),
-    _rt("cudaLaunchKernelExC", "rt_launch_exc"),
-    _rt("cudaLaunchKernelExC_ptsz", "rt_launch_exc"),
-    _rt("cudaGraphLaunch", "rt_graph"),
-    _rt("cudaGraphLaunch_ptsz", "rt_graph"),
-    _rt("__cudaGetKernel", "rt_get_kernel"),
-    _rt("cudaMalloc", "rt_malloc"),
-    _rt("cudaMallocAsync", "rt_malloc"),
-    _rt("cudaMallocAsync_ptsz", "rt_malloc"),
-    _rt("cudaMallocManaged", "rt_malloc"),
-    _rt("cudaMemcpy", "rt_memcpy"),
-    _rt("cudaMemcpy_ptds", "rt_memcpy"),
-    _rt("cudaMemcpyAsync", "rt_memcpy"),
-    _rt("cudaMemcpyAsync_ptsz", "rt_memcpy"),
-    _rt("cudaStreamSynchronize", "rt_sync_stream"),
-    _rt("cudaStreamSynchronize_ptsz", "rt_sync_stream"),
-    _rt("cudaDeviceSynchronize", "rt_sync_device"),
-    _rt("cudaEventSynchronize", "rt_sync_event"),
+    *_rt("cudaLaunchKernel", "rt_launch", 0, PTSZ),
+    *_rt("cudaLaunchCooperativeKernel", "rt_launch", 0, PTSZ),
+    *_rt("cudaLaunchKernelExC", "launch_ex", 0, PTSZ),
+    *_rt("cudaGraphLaunch", "graph_launch", 0, PTSZ),
+    Probe("__cudaGetKernel", "rt_get_kernel", since="12.0"),
+    *_rt("cudaMalloc", "alloc", MEM_DEVICE),
+    *_rt("cudaMallocAsync", "alloc", MEM_DEVICE, PTSZ),
+    *_rt("cudaMallocManaged", "alloc", MEM_MANAGED),
+    *_rt("cudaMemcpy", "copy", MEMCPY_FROM_ARGS, PTDS),
+    *_rt("cudaMemcpyAsync", "copy", MEMCPY_FROM_ARGS, PTSZ),
+    *_rt("cudaStreamSynchronize", "sync", SYNC_CUDA_STREAM, PTSZ),
+    *_rt("cudaDeviceSynchronize", "sync", SYNC_CUDA_DEVICE),
+    *_rt("cudaEventSynchronize", "sync", SYNC_CUDA_EVENT),
 )
 
 DRIVER_PROBES: Final[tuple[Probe, ...]] = (
-    Probe("cuLaunchKernel", "drv_launch"),
-    Probe("cuLaunchKernel_ptsz", "drv_launch"),
-    Probe("cuLaunchKernelEx", "drv_launch_ex"),
-    Probe("cuLaunchKernelEx_ptsz", "drv_launch_ex"),
-    Probe("cuMemcpy", "drv_copy_default"),
-    Probe("cuMemcpyAsync", "drv_copy_default"),
-    Probe("cuMemcpyAsync_ptsz", "drv_copy_default"),
-    Probe("cuMemcpyHtoD_v2", "drv_copy_htod"),
-    Probe("cuMemcpyHtoDAsync_v2", "drv_copy_htod"),
-    Probe("cuMemcpyHtoDAsync_v2_ptsz", "drv_copy_htod"),
-    Probe("cuMemcpyDtoH_v2", "drv_copy_dtoh"),
-    Probe("cuMemcpyDtoHAsync_v2", "drv_copy_dtoh"),
-    Probe("cuMemcpyDtoHAsync_v2_ptsz", "drv_copy_dtoh"),
-    Probe("cuMemcpyDtoD_v2", "drv_copy_dtod"),
-    Probe("cuMemcpyDtoDAsync_v2", "drv_copy_dtod"),
-    Probe("cuMemcpyDtoDAsync_v2_ptsz", "drv_copy_dtod"),
-    Probe("cuMemAlloc_v2", "drv_alloc", "drv_ret"),
-    Probe("cuStreamSynchronize", "drv_sync_stream", "drv_ret"),
-    Probe("cuStreamSynchronize_ptsz", "drv_sync_stream", "drv_ret"),
-    Probe("cuCtxSynchronize", "drv_sync_ctx", "drv_ret"),
-    Probe("cuModuleGetFunction", "drv_get_function", "drv_ret"),
-    Probe("cuLibraryGetKernel", "drv_get_function", "drv_ret"),
-    Probe("cuKernelGetFunction", "drv_kernel_function", "drv_ret"),
+    *_drv("cuLaunchKernel", "drv_launch", 0, PTSZ),
+    *_drv("cuLaunchCooperativeKernel", "drv_launch", 0, PTSZ),
+    *_drv("cuLaunchKernelEx", "launch_ex", 0, PTSZ),
+    *_drv("cuGraphLaunch", "graph_launch", 0, PTSZ),
+    *_drv("cuMemcpy", "copy", MEMCPY_DEFAULT, PTDS),
+    *_drv("cuMemcpyAsync", "copy", MEMCPY_DEFAULT, PTSZ),
+    *_drv("cuMemcpyHtoD_v2", "copy", MEMCPY_HOST_TO_DEVICE, PTDS),
+    *_drv("cuMemcpyHtoDAsync_v2", "copy", MEMCPY_HOST_TO_DEVICE, PTSZ),
+    *_drv("cuMemcpyDtoH_v2", "copy", MEMCPY_DEVICE_TO_HOST, PTDS),
+    *_drv("cuMemcpyDtoHAsync_v2", "copy", MEMCPY_DEVICE_TO_HOST, PTSZ),
+    *_drv("cuMemcpyDtoD_v2", "copy", MEMCPY_DEVICE_TO_DEVICE, PTDS),
+    *_drv("cuMemcpyDtoDAsync_v2", "copy", MEMCPY_DEVICE_TO_DEVICE, PTSZ),
+    *_drv("cuMemAlloc_v2", "alloc", MEM_DEVICE),
+    *_drv("cuStreamSynchronize", "sync", SYNC_CU_STREAM, PTSZ),
+    *_drv("cuCtxSynchronize", "sync", SYNC_CU_CTX),
+    *_drv("cuEventSynchronize", "sync", SYNC_CU_EVENT),
+    *_drv("cuModuleGetFunction", "drv_get_function"),
+    *_drv("cuLibraryGetKernel", "drv_get_function"),
+    *_drv("cuKernelGetFunction", "drv_kernel_function"),
 )
 
 ALL_PROBES: Final = RUNTIME_PROBES + DRIVER_PROBES
 BY_SYMBOL: Final = {p.symbol: p for p in ALL_PROBES}
+ENTRY_PROGRAMS: Final = tuple(sorted({p.program for p in ALL_PROBES}))
+
+
+def cookie(index: int) -> int:
+    """The BPF cookie of probe ALL_PROBES[index] (see program.c, COOKIE_*)."""
+    p = ALL_PROBES[index]
+    return index | p.arg << 16 | int(p.driver) << 24
+
+
+INDEX: Final = {p.symbol: i for i, p in enumerate(ALL_PROBES)}
 # A mapped file that defines one of these is probed whatever its name (a runtime linked
 # statically into a binary, a wheel's hashed libcudart-1a2b3c4d.so.12).
 MARKER_SYMBOLS: Final = frozenset({"cudaLaunchKernel", "cuLaunchKernel"})

@@ -7,12 +7,15 @@ Two mechanisms:
   probes with one kernel synchronisation, and links closed from several threads at once
   share their synchronisations: 288 links close in 0.3 s on the CI VM, against 0.05 s
   each one after the other.
-- `perf_event` (older kernels, through bcc's library): one perf event per probe. The
-  kernel removes each under a global mutex with a synchronisation of its own (about
+- `perf_event` (Linux 5.15 to 6.5): one perf event of the uprobe PMU per probe, linked
+  to its program (`BPF_LINK_CREATE` with `BPF_PERF_EVENT`, which carries the cookie).
+  The kernel removes each under a global mutex with a synchronisation of its own (about
   0.1 s each on the CI VM, whatever the concurrency), so shutdown takes about 0.1 s per
   probe there.
 
-bcc 0.26 knows only the second; the first is a few lines of the bpf(2) ABI here.
+Every probe carries a BPF cookie (which entry point it is: see abi.cookie). bcc 0.26
+knows neither links nor cookies; both are a few lines of the bpf(2) and
+perf_event_open(2) ABI here.
 """
 
 from __future__ import annotations
@@ -20,7 +23,6 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
-import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -33,10 +35,12 @@ MECHANISMS: Final = (UPROBE_MULTI, PERF_EVENT)
 
 # include/uapi/linux/bpf.h
 _SYS_BPF: Final = 321  # x86-64
+_SYS_PERF_EVENT_OPEN: Final = 298
 _BPF_PROG_LOAD: Final = 5
 _BPF_LINK_CREATE: Final = 28
 _BPF_PROG_TYPE_KPROBE: Final = 2
-BPF_TRACE_UPROBE_MULTI: Final = 48  # enum bpf_attach_type
+_BPF_PERF_EVENT: Final = 41  # enum bpf_attach_type
+BPF_TRACE_UPROBE_MULTI: Final = 48
 _BPF_F_UPROBE_MULTI_RETURN: Final = 1
 _ATTR_SIZE: Final = 144  # union bpf_attr as of 6.x; the kernel accepts a zeroed tail
 # Threads closing links at once: their kernel synchronisations are shared.
@@ -52,6 +56,7 @@ class Point:
     offset: int  # in the file (what a uprobe is placed by)
     program: str  # the BPF function
     ret: bool  # a return probe
+    cookie: int = 0  # what the program reads with bpf_get_attach_cookie()
 
 
 @dataclass
@@ -78,20 +83,67 @@ def _put(attr: ctypes.Array[ctypes.c_uint8], offset: int, ctype: Any, value: int
     ctype.from_address(ctypes.addressof(attr) + offset).value = value
 
 
-def _link_create(prog_fd: int, path: bytes, offsets: Sequence[int], ret: bool) -> int:
+def _link_create(prog_fd: int, path: bytes, offsets: Sequence[int], ret: bool,
+                 cookies: Sequence[int] = ()) -> int:
     """BPF_LINK_CREATE, attach_type BPF_TRACE_UPROBE_MULTI: union bpf_attr.link_create
     is prog_fd@0, target_fd@4, attach_type@8, flags@12, then uprobe_multi: path@16,
     offsets@24, ref_ctr_offsets@32, cookies@40, cnt@48, flags@52, pid@56."""
     attr = (ctypes.c_uint8 * _ATTR_SIZE)()
     offs = (ctypes.c_uint64 * len(offsets))(*offsets)
+    cooks = (ctypes.c_uint64 * len(offsets))(*(cookies or [0] * len(offsets)))
     cpath = ctypes.create_string_buffer(path)
     _put(attr, 0, ctypes.c_uint32, prog_fd)
     _put(attr, 8, ctypes.c_uint32, BPF_TRACE_UPROBE_MULTI)
     _put(attr, 16, ctypes.c_uint64, ctypes.addressof(cpath))
     _put(attr, 24, ctypes.c_uint64, ctypes.addressof(offs))
+    _put(attr, 40, ctypes.c_uint64, ctypes.addressof(cooks))
     _put(attr, 48, ctypes.c_uint32, len(offsets))
     _put(attr, 52, ctypes.c_uint32, _BPF_F_UPROBE_MULTI_RETURN if ret else 0)
     return _bpf(_BPF_LINK_CREATE, attr)
+
+
+def _perf_link_create(prog_fd: int, perf_fd: int, cookie: int) -> int:
+    """BPF_LINK_CREATE, attach_type BPF_PERF_EVENT: link_create.perf_event.bpf_cookie@16."""
+    attr = (ctypes.c_uint8 * _ATTR_SIZE)()
+    _put(attr, 0, ctypes.c_uint32, prog_fd)
+    _put(attr, 4, ctypes.c_uint32, perf_fd)
+    _put(attr, 8, ctypes.c_uint32, _BPF_PERF_EVENT)
+    _put(attr, 16, ctypes.c_uint64, cookie)
+    return _bpf(_BPF_LINK_CREATE, attr)
+
+
+_PERF_ATTR_SIZE: Final = 128
+_PERF_FLAG_FD_CLOEXEC: Final = 8
+
+
+def _uprobe_pmu() -> tuple[int, int]:
+    """The uprobe PMU's perf type and the config bit that makes a probe a return probe."""
+    root = "/sys/bus/event_source/devices/uprobe"
+    with open(f"{root}/type") as f:
+        pmu = int(f.read())
+    with open(f"{root}/format/retprobe") as f:  # "config:0"
+        bit = int(f.read().strip().split(":")[1])
+    return pmu, bit
+
+
+def _perf_uprobe(path: bytes, offset: int, ret: bool) -> int:
+    """perf_event_open(2) of a uprobe on every process (pid -1, cpu 0): struct
+    perf_event_attr has type@0, size@4, config@8, sample_period@16, config1@56 (the
+    path), config2@64 (the offset)."""
+    pmu, bit = _uprobe_pmu()
+    attr = (ctypes.c_uint8 * _PERF_ATTR_SIZE)()
+    cpath = ctypes.create_string_buffer(path)
+    _put(attr, 0, ctypes.c_uint32, pmu)
+    _put(attr, 4, ctypes.c_uint32, _PERF_ATTR_SIZE)
+    _put(attr, 8, ctypes.c_uint64, (1 << bit) if ret else 0)
+    _put(attr, 16, ctypes.c_uint64, 1)
+    _put(attr, 56, ctypes.c_uint64, ctypes.addressof(cpath))
+    _put(attr, 64, ctypes.c_uint64, offset)
+    fd = _libc.syscall(_SYS_PERF_EVENT_OPEN, attr, -1, 0, -1, _PERF_FLAG_FD_CLOEXEC)
+    if fd < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return int(fd)
 
 
 def uprobe_multi_supported() -> str | None:
@@ -171,13 +223,18 @@ class UprobeMulti(Mechanism):
         return BPF_TRACE_UPROBE_MULTI
 
     def attach(self, path: str, points: Sequence[Point]) -> Attachment:
-        groups: dict[tuple[str, bool], list[int]] = defaultdict(list)
+        groups: dict[tuple[str, bool], list[Point]] = defaultdict(list)
         for p in points:
-            groups[(p.program, p.ret)].append(p.offset)
+            groups[(p.program, p.ret)].append(p)
         fds: list[int] = []
         try:
-            for (program, ret), offsets in groups.items():
-                fds.append(_link_create(self._fds[program], path.encode(), offsets, ret))
+            # Return probes first: a call entered between an entry and its return probe
+            # would leave its thread's frame open; a return without its entry is told
+            # apart by its cookie and ignored.
+            for (program, ret), group in sorted(groups.items(), key=lambda g: not g[0][1]):
+                fds.append(_link_create(self._fds[program], path.encode(),
+                                        [p.offset for p in group], ret,
+                                        [p.cookie for p in group]))
         except OSError as exc:
             close_all(fds, os.close)
             raise AttachError(f"uprobe_multi link: {exc.strerror}") from exc
@@ -188,36 +245,30 @@ class UprobeMulti(Mechanism):
 
 
 class PerfEvent(Mechanism):
-    """bcc's own attach (a perf event of the uprobe PMU, or a uprobe_events entry on
-    kernels without it), by file offset, bypassing bcc's per-call symbol lookup."""
+    """One perf event per probe, each linked to its program with its cookie."""
 
     name = PERF_EVENT
-    _seq = 0
-    _seq_lock = threading.Lock()
 
     def attach(self, path: str, points: Sequence[Point]) -> Attachment:
-        from bcc.libbcc import lib
-
-        handles: list[tuple[int, bytes]] = []
-        for p in points:
-            with self._seq_lock:
-                PerfEvent._seq += 1
-                ev = b"gpuexp_%d_%d" % (os.getpid(), PerfEvent._seq)
-            fd = lib.bpf_attach_uprobe(self._fds[p.program], 1 if p.ret else 0, ev,
-                                       path.encode(), p.offset, -1)
-            if fd < 0:
-                close_all(handles, self._close)
-                raise AttachError(f"perf_event uprobe at {p.offset:#x}: "
-                                  f"{os.strerror(ctypes.get_errno() or errno.EINVAL)}")
-            handles.append((fd, ev))
+        handles: list[tuple[int, int]] = []
+        try:
+            for p in sorted(points, key=lambda p: not p.ret):  # returns first, as above
+                perf = _perf_uprobe(path.encode(), p.offset, p.ret)
+                try:
+                    link = _perf_link_create(self._fds[p.program], perf, p.cookie)
+                except OSError:
+                    os.close(perf)
+                    raise
+                handles.append((link, perf))
+        except OSError as exc:
+            close_all(handles, self._close)
+            raise AttachError(f"perf_event uprobe: {exc.strerror}") from exc
         return Attachment(handles, len(points))
 
     def _close(self, handle: Any) -> None:
-        from bcc.libbcc import lib
-
-        fd, ev = handle
-        lib.bpf_close_perf_event_fd(fd)
-        lib.bpf_detach_uprobe(ev)  # only where bcc had to go through uprobe_events
+        link, perf = handle
+        os.close(link)
+        os.close(perf)
 
 
 def mechanism(name: str, bpf: Any, bcc: Any) -> Mechanism:

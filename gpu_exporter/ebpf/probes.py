@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-from gpu_exporter.ebpf import abi, attach
+from gpu_exporter.ebpf import abi, attach, cuda_errors
 from gpu_exporter.ebpf.discovery import Candidate, FileId, Scanner
 from gpu_exporter.ebpf.elf import ElfError, ElfFile
 from gpu_exporter.ebpf.names import OTHER, NameCap
@@ -30,6 +30,7 @@ from gpu_exporter.ebpf.reading import (
     BYTES_BOUNDS_LOG2,
     GRID_BOUNDS_LOG2,
     SECONDS_BOUNDS_LOG2_NS,
+    CallCount,
     CallHistogram,
     CallKey,
     CudaActivity,
@@ -113,7 +114,7 @@ def load_bpf(bcc: Any, offsets: dict[str, int] | None = None) -> Any:
 
 
 def uprobe_programs() -> list[str]:
-    return sorted({p.program for p in abi.ALL_PROBES} | {"rt_ret", "drv_ret"})
+    return [*abi.ENTRY_PROGRAMS, abi.RETURN_PROGRAM]
 
 
 def choose_mechanism(wanted: str) -> tuple[str, str | None]:
@@ -332,9 +333,9 @@ class Engine:
                 offset = elf.offset_of_vaddr(address)
                 if offset is None:
                     continue
-                points.append(attach.Point(offset, probe.program, False))
-                if probe.returns:
-                    points.append(attach.Point(offset, probe.returns, True))
+                cookie = abi.cookie(abi.INDEX[probe_symbol])
+                points.append(attach.Point(offset, probe.program, False, cookie))
+                points.append(attach.Point(offset, abi.RETURN_PROGRAM, True, cookie))
         except ElfError as exc:
             log.warning("cannot read symbols of %s (pid %d): %s", cand.path, cand.pid, exc)
             self._failed.add(cand.file)
@@ -399,6 +400,8 @@ class Engine:
             return list(table.items())
 
     def _shape_rows(self, tgid: int, v: Any) -> Iterator[tuple[tuple[int, CallKey, int], int]]:
+        """A process's shape value: its grid and block histograms, and the launch counters
+        kept there (see struct lslot)."""
         key = self._key(tgid, abi.FAM_GRID, 0, 0)
         for fam, slots, total in ((abi.FAM_GRID, v.grid, v.grid_sum),
                                   (abi.FAM_BLOCK, v.block, v.block_sum)):
@@ -406,6 +409,11 @@ class Engine:
                 if n:
                     yield (fam, key, slot), int(n)
             yield (fam, key, abi.SLOT_SUM), int(total)
+        for launch in v.launches:
+            tag, n = int(launch.tag), int(launch.n)
+            if tag:
+                yield (abi.FAM_LAUNCH, self._key(tgid, abi.FAM_LAUNCH, tag >> 48 & 0xFF,
+                                                 tag & (1 << 48) - 1), 0), n
 
     def _key(self, tgid: int, fam: int, sub: int, ident: int) -> CallKey:
         r = self.resolver
@@ -421,7 +429,13 @@ class Engine:
                            memcpy_kind=abi.MEMCPY_KIND_NAMES.get(sub, "Default"), pid=pid)
         if fam == abi.FAM_ALLOC:
             return CallKey(executable=r.executable(tgid),
-                           api=abi.API_NAMES.get(sub, "runtime"), pid=pid)
+                           api=abi.API_NAMES.get(sub & 0xFF, "runtime"), pid=pid)
+        if fam == abi.FAM_ERROR:
+            probe = abi.ALL_PROBES[sub] if sub < len(abi.ALL_PROBES) else None
+            names = cuda_errors.DRIVER if probe is None or probe.driver else cuda_errors.RUNTIME
+            return CallKey(executable=r.executable(tgid),
+                           call=probe.call if probe else str(sub),
+                           error_type=names.get(ident, str(ident)), pid=pid)
         if fam == abi.FAM_SYNC:
             return CallKey(sync_call=abi.SYNC_NAMES.get(sub, "unknown"), pid=pid)
         if fam == abi.FAM_DURATION:
@@ -456,7 +470,6 @@ class Engine:
             for key, n in self._shape_rows(_int(k), v):
                 totals[key] += n
         self._fold(dead_stats, dead_shapes, totals)
-        self._prune_threads()
         return self._activity(totals)
 
     def _fold(self, dead_stats: list[Any], dead_shapes: list[Any],
@@ -496,22 +509,16 @@ class Engine:
                 del pending[pending.Key(tgid)]
             self.resolver.forget(tgid)
 
-    def _prune_threads(self) -> None:
-        """Each thread that made a probed call keeps a small entry; drop the exited."""
-        threads = self._bpf["threads"]
-        for k in list(threads.keys()):
-            tgid, tid = _int(k) >> 32, _int(k) & 0xFFFFFFFF
-            if not os.path.exists(f"{self.procfs}/{tgid}/task/{tid}"):
-                with contextlib.suppress(KeyError):
-                    del threads[k]
-
     def _activity(self, totals: dict[tuple[int, CallKey, int], int]) -> CudaActivity:
         launches: dict[CallKey, int] = defaultdict(int)
+        errors: dict[CallKey, int] = defaultdict(int)
         hists: dict[tuple[int, CallKey], dict[int, int]] = defaultdict(dict)
         sums: dict[tuple[int, CallKey], int] = defaultdict(int)
         for (fam, key, slot), n in totals.items():
             if fam == abi.FAM_LAUNCH:
                 launches[key] += n
+            elif fam == abi.FAM_ERROR:
+                errors[key] += n
             elif slot == abi.SLOT_SUM:
                 sums[(fam, key)] += n
             else:
@@ -544,6 +551,7 @@ class Engine:
             copies_bytes=family(abi.FAM_COPY, BYTES_BOUNDS_LOG2),
             allocations_bytes=family(abi.FAM_ALLOC, BYTES_BOUNDS_LOG2),
             sync_duration_seconds=family(abi.FAM_SYNC, SECONDS_BOUNDS_LOG2_NS, 1e-9),
+            errors=[CallCount(k, n) for k, n in sorted(errors.items())],
             dropped=dropped,
             attached_libraries=self.attached_libraries,
             kernel_names_overflow=overflow,

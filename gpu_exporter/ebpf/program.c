@@ -5,6 +5,14 @@
 // Constants in capitals without a definition here (STATS_MAX, FAM_*, ...) are defined by
 // gpu_exporter/ebpf/abi.py when the program is compiled, so the Python side and this
 // file cannot disagree.
+//
+// One entry program per kind of call (a launch, a copy given by count and kind, ...) is
+// attached to every entry point of that kind; the BPF cookie of each probe says which
+// entry point it is (COOKIE_CALL), a constant of the call (COOKIE_ARG: a copy's kind, a
+// synchronise's name) and whether it is a runtime or a driver call (COOKIE_DRIVER). The
+// entry program keeps the arguments in the thread's frame; one return program, on every
+// entry point, counts the call when it returned cudaSuccess / CUDA_SUCCESS and counts an
+// error otherwise.
 #include <uapi/linux/ptrace.h>
 
 struct skey {
@@ -13,15 +21,27 @@ struct skey {
     u16 sub;
     u64 id;
     u32 slot;
-    u32 pad;
+    u32 dev;  // the calling thread's current device: DEV_* or ordinal + 1
 };
 
-struct inflight {
+// What a thread is inside of: the outermost probed runtime call (side 0) and driver
+// call (side 1), with their arguments.
+struct frame {
+    u64 a, b, c, d;  // the call's arguments, as its entry program keeps them
     u64 ts;
-    u64 arg;
-    u64 arg2;
-    u32 op;
-    u32 depth;
+    u32 cookie;
+    u8 op;
+    u8 depth;  // probed calls of this side the thread is inside of (nested: not counted)
+    u8 counted;  // the call to count: for a driver call, one made outside the runtime
+    u8 pad;
+};
+
+struct tstate {
+    struct frame side[2];
+    u32 dev;
+    // This thread's last look at its process: a launch is waiting for a synchronise.
+    // A runtime launch reads its stream (from the stack: a costly read) only when not.
+    u32 pending_hint;
 };
 
 struct pend {
@@ -29,7 +49,7 @@ struct pend {
     u64 id;
     u64 stream;
     u32 api;
-    u32 pad;
+    u32 dev;
 };
 
 struct event {
@@ -44,30 +64,39 @@ struct event {
     char name[NAME_LEN];
 };
 
-// Launch shapes per process: log2 slots of blocks per grid and threads per block, in one
-// value so a launch costs one lookup here. The last slot of each holds everything above
-// the last bucket bound.
+// A launch counter kept in the process's `shape` value: `tag` is the launch key (kernel
+// id | api << 48 | device << 56), claimed once and never given up, so a launch of one of
+// the process's first kernels costs no lookup of its own. Other launches go to `stats`.
+struct lslot {
+    u64 tag;
+    u64 n;
+};
+
+// Per process, in one value so a launch costs one lookup here: launch shapes (log2
+// slots of blocks per grid and threads per block; the last slot of each holds
+// everything above the last bucket bound) and launch counters.
 struct shape {
     u64 grid[GRID_SLOTS];
     u64 block[BLOCK_SLOTS];
     u64 grid_sum;
     u64 block_sum;
     u64 pending;  // 1 while `pending` holds a launch of this process: saves a lookup
+    struct lslot launches[LAUNCH_SLOTS];
 };
 
 BPF_HASH(stats, struct skey, u64, STATS_MAX);
 BPF_HASH(shapes, u32, struct shape, PROCS_MAX);
 BPF_PERCPU_ARRAY(zero_shape, struct shape, 1);
-// Per thread: the runtime call it is inside of (side 0), and the driver call (side 1).
-#define SIDE_RUNTIME 0
-#define SIDE_DRIVER 1
-struct tstate {
-    struct inflight side[2];
-};
-BPF_HASH(threads, u64, struct tstate, THREADS_MAX);
+// Task-local storage: found through the current task in a few loads (a hash lookup by
+// thread id costs several times that on every probe hit), freed when the thread exits.
+BPF_TASK_STORAGE(threads, struct tstate);
 BPF_HASH(pending, u32, struct pend, PROCS_MAX);
 BPF_ARRAY(drops, u64, DROP_REASONS);
 BPF_RINGBUF_OUTPUT(events, RINGBUF_PAGES);
+
+#define COOKIE_CALL(c) ((c) & 0xffff)
+#define COOKIE_ARG(c) (((c) >> 16) & 0xff)
+#define COOKIE_DRIVER(c) (((c) >> 24) & 1)
 
 static __always_inline void drop(u32 reason) {
     u64 *v = drops.lookup(&reason);
@@ -93,18 +122,20 @@ static __always_inline void new_key(u32 tgid, u16 fam, u16 sub, u64 id) {
     events.ringbuf_submit(e, 0);
 }
 
-static __always_inline void add(u32 tgid, u16 fam, u16 sub, u64 id, u32 slot, u64 n) {
+static __always_inline void add(u32 tgid, u16 fam, u16 sub, u64 id, u32 slot, u32 dev,
+                                u64 n) {
     struct skey k = {};
     k.tgid = tgid;
     k.fam = fam;
     k.sub = sub;
     k.id = id;
     k.slot = slot;
+    k.dev = dev;
     u64 *v = stats.lookup(&k);
     if (!v) {
         u64 zero = 0;
         int err = stats.insert(&k, &zero);
-        if (err == 0 && (slot == SLOT_SUM || fam == FAM_LAUNCH))
+        if (err == 0 && (slot == SLOT_SUM || fam == FAM_LAUNCH || fam == FAM_ERROR))
             new_key(tgid, fam, sub, id);
         v = stats.lookup(&k);
         if (!v) {
@@ -130,9 +161,9 @@ static __always_inline u32 slot_of(u64 v) {
     return r + 1;
 }
 
-static __always_inline void hist(u32 tgid, u16 fam, u16 sub, u64 id, u64 v) {
-    add(tgid, fam, sub, id, slot_of(v), 1);
-    add(tgid, fam, sub, id, SLOT_SUM, v);
+static __always_inline void hist(u32 tgid, u16 fam, u16 sub, u64 id, u32 dev, u64 v) {
+    add(tgid, fam, sub, id, slot_of(v), dev, 1);
+    add(tgid, fam, sub, id, SLOT_SUM, dev, v);
 }
 
 static __always_inline struct shape *shape_of(u32 tgid) {
@@ -163,30 +194,59 @@ static __always_inline void shape_add(struct shape *s, u64 grid, u64 block) {
     __sync_fetch_and_add(&s->block_sum, block);
 }
 
-// Counts a launch; returns 1 when the process has no launch waiting for a synchronise,
-// so the caller should read the stream (only then: a stack read costs) and call pend().
-static __always_inline int launched(u32 tgid, u16 api, u64 id, u64 grid, u64 block) {
-    add(tgid, FAM_LAUNCH, api, id, 0, 1);
-    struct shape *s = shape_of(tgid);
-    if (!s)
-        return 0;
-    if (api != API_GRAPH)
-        shape_add(s, grid, block);
-    return s->pending == 0;
-}
-
-static __always_inline void pend(u32 tgid, u16 api, u64 id, u64 stream) {
+// The first launch of a process after its last synchronise: the one the next
+// synchronising call covers (the kernel duration model).
+static __always_inline void pend(u32 tgid, struct shape *s, u16 api, u64 id, u64 stream,
+                                 u32 dev) {
     struct pend p = {};
     p.ts = bpf_ktime_get_ns();
     p.id = id;
     p.stream = stream;
     p.api = api;
-    int err = pending.insert(&tgid, &p);
-    if (err == -E2BIG)
+    p.dev = dev;
+    if (pending.insert(&tgid, &p) == -E2BIG) {
         drop(DROP_PENDING_FULL);
-    struct shape *s = shapes.lookup(&tgid);
-    if (s && err != -E2BIG)
-        s->pending = 1;
+        return;
+    }
+    s->pending = 1;
+}
+
+// A launch returned success: count it, its shape, and maybe start a duration sample.
+static __always_inline void count_launch(u32 tgid, struct shape *s, u16 api, u64 id,
+                                         u32 dev) {
+    u64 tag = id | (u64)api << 48 | (u64)dev << 56;
+    if (id >> 48 == 0 && dev < 0x100 && id != 0) {
+        struct lslot *l = &s->launches[(id >> 4 ^ id >> 12) & (LAUNCH_SLOTS - 1)];
+        u64 held = l->tag;
+        if (held == 0) {
+            held = __sync_val_compare_and_swap(&l->tag, 0, tag);
+            if (held == 0) {  // claimed: the key is new
+                new_key(tgid, FAM_LAUNCH, api, id);
+                held = tag;
+            }
+        }
+        if (held == tag) {
+            __sync_fetch_and_add(&l->n, 1);
+            return;
+        }
+    }
+    add(tgid, FAM_LAUNCH, api, id, 0, dev, 1);
+}
+
+// A launch returned success: count it, its shape, and maybe start a duration sample.
+static __always_inline void launched(u32 tgid, u16 api, u64 id, u64 grid, u64 block,
+                                     u64 stream, u32 dev, struct tstate *t) {
+    struct shape *s = shape_of(tgid);
+    if (!s) {
+        add(tgid, FAM_LAUNCH, api, id, 0, dev, 1);
+        return;
+    }
+    count_launch(tgid, s, api, id, dev);
+    if (api != API_GRAPH)
+        shape_add(s, grid, block);
+    if (s->pending == 0)
+        pend(tgid, s, api, id, stream, dev);
+    t->pending_hint = 1;
 }
 
 // A synchronising call returned: it covered the oldest launch not yet covered (a stream
@@ -201,58 +261,52 @@ static __always_inline void synced(u32 tgid, u32 call, u64 stream, u64 now) {
     u64 d = now > p->ts ? now - p->ts : 0;
     u64 id = p->id;
     u16 api = p->api;
+    u32 dev = p->dev;
     pending.delete(&tgid);
     struct shape *s = shapes.lookup(&tgid);
     if (s)
         s->pending = 0;
-    hist(tgid, FAM_DURATION, api, id, d);
+    hist(tgid, FAM_DURATION, api, id, dev, d);
 }
 
-// --- the "inside a runtime call" marker, per thread ----------------------------------
-// A thread's entry stays in the map between calls (depth 0 when idle): an in-place update
-// costs less than an insert and a delete per call. User space removes the entries of
-// threads that have exited. Returns 1 for the outermost call (the one to count).
-static __always_inline struct tstate *thread_state(u64 pt) {
-    struct tstate *t = threads.lookup(&pt);
-    if (t)
-        return t;
-    struct tstate zero = {};
-    if (threads.insert(&pt, &zero) == -E2BIG) {
+// --- frames ----------------------------------------------------------------------------
+static __always_inline struct tstate *thread_state(int create) {
+    return threads.task_storage_get((struct task_struct *)bpf_get_current_task_btf(), 0,
+                                    create ? BPF_LOCAL_STORAGE_GET_F_CREATE : 0);
+}
+
+// The frame for a call that is starting, or 0 when it is nested in a probed call of the
+// same side (the outer one is what the application called). A driver call made inside a
+// runtime call gets no frame (its return is then ignored: the runtime call is the one
+// counted), unless it names something (`names`: a frame that is not `counted`).
+static __always_inline struct frame *enter_as(struct pt_regs *ctx, u8 op, int names,
+                                              struct tstate **tp) {
+    u32 cookie = bpf_get_attach_cookie(ctx);
+    struct tstate *t = thread_state(1);
+    if (!t) {
         drop(DROP_THREADS_FULL);
         return 0;
     }
-    return threads.lookup(&pt);
-}
-
-static __always_inline int enter(int side, u32 op, u64 arg, u64 arg2, int timed) {
-    struct tstate *t = thread_state(bpf_get_current_pid_tgid());
-    if (!t)
-        return 1;  // counted, but the driver calls it makes may be too (a drop is counted)
-    struct inflight *f = &t->side[side & 1];
+    *tp = t;
+    struct frame *f = COOKIE_DRIVER(cookie) ? &t->side[1] : &t->side[0];
     if (f->depth > 0) {
-        f->depth += 1;
+        if (f->depth < 255)
+            f->depth += 1;
         return 0;
     }
-    f->ts = timed ? bpf_ktime_get_ns() : 0;
-    f->arg = arg;
-    f->arg2 = arg2;
-    f->op = op;
+    u8 counted = !COOKIE_DRIVER(cookie) || t->side[0].depth == 0;
+    if (!counted && !names)
+        return 0;
     f->depth = 1;
-    return 1;
+    f->cookie = cookie;
+    f->op = op;
+    f->counted = counted;
+    return f;
 }
 
-static __always_inline int rt_enter(u32 op, u64 arg, u64 arg2, int timed) {
-    return enter(SIDE_RUNTIME, op, arg, arg2, timed);
-}
-
-static __always_inline int drv_enter(u32 op, u64 arg, u64 arg2, int timed) {
-    return enter(SIDE_DRIVER, op, arg, arg2, timed);
-}
-
-static __always_inline int in_runtime(void) {
-    u64 pt = bpf_get_current_pid_tgid();
-    struct tstate *t = threads.lookup(&pt);
-    return t && t->side[SIDE_RUNTIME].depth > 0;
+static __always_inline struct frame *enter(struct pt_regs *ctx, u8 op) {
+    struct tstate *t;
+    return enter_as(ctx, op, 0, &t);
 }
 
 static __always_inline void handle_event(u32 tgid, u32 type, u64 handle, u64 target,
@@ -276,106 +330,116 @@ static __always_inline void handle_event(u32 tgid, u32 type, u64 handle, u64 tar
     events.ringbuf_submit(e, 0);
 }
 
-// What a returning call finishes (shared by the runtime and the driver return probes).
-static __always_inline void finish(struct pt_regs *ctx, u32 tgid, struct inflight *f,
-                                   u16 api) {
+static __always_inline u64 read_u64(u64 addr) {
+    u64 v = 0;
+    bpf_probe_read_user(&v, sizeof(v), (void *)addr);
+    return v;
+}
+
+// What a call that returned does, from its frame (a copy made on entry).
+static __always_inline void finish(struct pt_regs *ctx, u32 tgid, struct frame *f,
+                                   struct tstate *t) {
+    u32 dev = t->dev;
     int rc = (int)PT_REGS_RC(ctx);
-    u64 now = bpf_ktime_get_ns();
-    u64 out = 0;
+    u16 call = COOKIE_CALL(f->cookie);
+    u16 api = COOKIE_DRIVER(f->cookie) ? API_DRIVER : API_RUNTIME;
+    if (rc != 0) {
+        if (f->counted)
+            add(tgid, FAM_ERROR, call, (u32)rc, 0, dev, 1);
+        return;
+    }
     switch (f->op) {
+    case OP_LAUNCH:
+        if (f->counted)
+            launched(tgid, api, f->a, f->b, f->c, f->d, dev, t);
+        break;
+    case OP_GRAPH_LAUNCH:
+        if (f->counted)
+            launched(tgid, API_GRAPH, f->a, 0, 0, f->d, dev, t);
+        break;
+    case OP_COPY:
+        if (f->counted)
+            hist(tgid, FAM_COPY, COOKIE_ARG(f->cookie) == MEMCPY_FROM_ARGS ? f->b
+                 : COOKIE_ARG(f->cookie), 0, dev, f->a);
+        break;
     case OP_ALLOC:
-        if (rc == 0)
-            hist(tgid, FAM_ALLOC, api, 0, f->arg);
+        if (f->counted)
+            hist(tgid, FAM_ALLOC, api | COOKIE_ARG(f->cookie) << 8, 0, dev, f->a);
         break;
-    case OP_SYNC:
-        hist(tgid, FAM_SYNC, (u16)(f->arg >> 56), 0, now > f->ts ? now - f->ts : 0);
-        synced(tgid, (u32)(f->arg >> 56), f->arg2, now);
+    case OP_SYNC: {
+        u64 now = bpf_ktime_get_ns();
+        if (f->counted) {
+            hist(tgid, FAM_SYNC, COOKIE_ARG(f->cookie), 0, dev, now > f->ts ? now - f->ts : 0);
+            synced(tgid, COOKIE_ARG(f->cookie), f->d, now);
+            t->pending_hint = 0;
+        }
         break;
+    }
+    // Names are wanted inside runtime calls too (the runtime loads modules lazily).
     case OP_GET_KERNEL:  // __cudaGetKernel(cudaKernel_t *out, const void *hostFun)
-        if (rc == 0 && bpf_probe_read_user(&out, sizeof(out), (void *)f->arg) == 0)
-            handle_event(tgid, EV_KERNEL_HOST, out, f->arg2, 0);
+        handle_event(tgid, EV_KERNEL_HOST, read_u64(f->a), f->b, 0);
         break;
     case OP_GET_FUNCTION:  // cuModuleGetFunction / cuLibraryGetKernel(out, _, name)
-        if (rc == 0 && bpf_probe_read_user(&out, sizeof(out), (void *)f->arg) == 0)
-            handle_event(tgid, EV_HANDLE_NAME, out, 0, f->arg2);
+        handle_event(tgid, EV_HANDLE_NAME, read_u64(f->a), 0, f->b);
         break;
     case OP_KERNEL_FUNCTION:  // cuKernelGetFunction(CUfunction *out, CUkernel kernel)
-        if (rc == 0 && bpf_probe_read_user(&out, sizeof(out), (void *)f->arg) == 0)
-            handle_event(tgid, EV_HANDLE_ALIAS, out, f->arg2, 0);
+        handle_event(tgid, EV_HANDLE_ALIAS, read_u64(f->a), f->b, 0);
         break;
     }
 }
 
-int rt_ret(struct pt_regs *ctx) {
-    u64 pt = bpf_get_current_pid_tgid();
-    struct tstate *t = threads.lookup(&pt);
+// The one return program, on every probed entry point.
+int on_return(struct pt_regs *ctx) {
+    u32 cookie = bpf_get_attach_cookie(ctx);
+    struct tstate *t = thread_state(0);
     if (!t)
         return 0;
-    struct inflight *f = &t->side[SIDE_RUNTIME];
+    struct frame *f = COOKIE_DRIVER(cookie) ? &t->side[1] : &t->side[0];
     if (f->depth == 0)
         return 0;
     if (f->depth > 1) {
         f->depth -= 1;
         return 0;
     }
+    // A return whose entry was not seen (the probes were being attached) is not the
+    // frame's call: leave the frame to its own return.
+    if (f->cookie != cookie)
+        return 0;
     f->depth = 0;
-    if (f->op == OP_LAUNCH || f->op == OP_COPY)
-        return 0;
-    struct inflight copy = *f;
-    finish(ctx, pt >> 32, &copy, API_RUNTIME);
-    return 0;
-}
-
-int drv_ret(struct pt_regs *ctx) {
-    u64 pt = bpf_get_current_pid_tgid();
-    struct tstate *t = threads.lookup(&pt);
-    if (!t)
-        return 0;
-    struct inflight *f = &t->side[SIDE_DRIVER];
-    if (f->depth == 0)
-        return 0;
-    if (f->depth > 1) {
-        f->depth -= 1;
-        return 0;
-    }
-    f->depth = 0;
-    if (f->op == OP_LAUNCH || f->op == OP_COPY)
-        return 0;
-    struct inflight copy = *f;
-    finish(ctx, pt >> 32, &copy, API_DRIVER);
+    struct frame copy = *f;
+    finish(ctx, bpf_get_current_pid_tgid() >> 32, &copy, t);
     return 0;
 }
 
 static __always_inline u64 stack_arg(struct pt_regs *ctx, int n) {
     // At a function's first instruction the stack pointer holds the return address;
     // the n-th stack argument (n >= 1) is the n-th 8-byte slot above it.
-    u64 v = 0;
-    bpf_probe_read_user(&v, sizeof(v), (void *)(PT_REGS_SP(ctx) + 8 * n));
-    return v;
+    return read_u64(PT_REGS_SP(ctx) + 8 * n);
 }
 
 static __always_inline u64 dim3_count(u64 xy, u64 z) {
     return (xy & 0xffffffff) * (xy >> 32) * (z & 0xffffffff);
 }
 
-// --- runtime ------------------------------------------------------------------------
+// --- launches -------------------------------------------------------------------------
 // cudaLaunchKernel(const void *func, dim3 grid, dim3 block, void **args,
 //                  size_t sharedMem, cudaStream_t stream): a 12-byte dim3 by value is two
 // INTEGER eightbytes: x|y<<32 in one register, z in the next. 7th and 8th words on the
 // stack. Also cudaLaunchCooperativeKernel and the _ptsz variants.
 int rt_launch(struct pt_regs *ctx) {
-    if (!rt_enter(OP_LAUNCH, 0, 0, 0))
+    struct tstate *t;
+    struct frame *f = enter_as(ctx, OP_LAUNCH, 0, &t);
+    if (!f)
         return 0;
-    u32 tgid = bpf_get_current_pid_tgid() >> 32;
-    u64 grid = dim3_count(PT_REGS_PARM2(ctx), PT_REGS_PARM3(ctx));
-    u64 block = dim3_count(PT_REGS_PARM4(ctx), PT_REGS_PARM5(ctx));
-    if (launched(tgid, API_RUNTIME, PT_REGS_PARM1(ctx), grid, block))
-        pend(tgid, API_RUNTIME, PT_REGS_PARM1(ctx),
-             stack_arg(ctx, RT_LAUNCH_STREAM_STACK_SLOT));
+    f->a = PT_REGS_PARM1(ctx);
+    f->b = dim3_count(PT_REGS_PARM2(ctx), PT_REGS_PARM3(ctx));
+    f->c = dim3_count(PT_REGS_PARM4(ctx), PT_REGS_PARM5(ctx));
+    f->d = t->pending_hint ? 0 : stack_arg(ctx, RT_LAUNCH_STREAM_STACK_SLOT);
     return 0;
 }
 
-// cudaLaunchKernelExC(const cudaLaunchConfig_t *config, const void *func, void **args)
+// cudaLaunchKernelExC(const cudaLaunchConfig_t *config, const void *func, void **args),
+// cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **params, void **extra):
 // cudaLaunchConfig_t and CUlaunchConfig share their first 40 bytes' layout (grid dims at
 // LCFG_GRID_OFF, block dims right after, the stream at LCFG_STREAM_OFF): read in one go.
 struct launch_cfg {
@@ -384,142 +448,116 @@ struct launch_cfg {
     u64 stream;
 };
 
-int rt_launch_exc(struct pt_regs *ctx) {
-    if (!rt_enter(OP_LAUNCH, 0, 0, 0))
+int launch_ex(struct pt_regs *ctx) {
+    struct frame *f = enter(ctx, OP_LAUNCH);
+    if (!f)
         return 0;
-    u32 tgid = bpf_get_current_pid_tgid() >> 32;
     struct launch_cfg c = {};
     bpf_probe_read_user(&c, sizeof(c), (void *)PT_REGS_PARM1(ctx) + LCFG_GRID_OFF);
-    if (launched(tgid, API_RUNTIME, PT_REGS_PARM2(ctx), (u64)c.dims[0] * c.dims[1] * c.dims[2],
-                 (u64)c.dims[3] * c.dims[4] * c.dims[5]))
-        pend(tgid, API_RUNTIME, PT_REGS_PARM2(ctx), c.stream);
+    f->a = PT_REGS_PARM2(ctx);
+    f->b = (u64)c.dims[0] * c.dims[1] * c.dims[2];
+    f->c = (u64)c.dims[3] * c.dims[4] * c.dims[5];
+    f->d = c.stream;
     return 0;
 }
 
-// cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream)
-int rt_graph(struct pt_regs *ctx) {
-    if (!rt_enter(OP_LAUNCH, 0, 0, 0))
-        return 0;
-    u32 tgid = bpf_get_current_pid_tgid() >> 32;
-    if (launched(tgid, API_GRAPH, PT_REGS_PARM1(ctx), 0, 0))
-        pend(tgid, API_GRAPH, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx));
-    return 0;
-}
-
-// cudaMemcpy(dst, src, size_t count, enum cudaMemcpyKind kind[, stream])
-int rt_memcpy(struct pt_regs *ctx) {
-    if (!rt_enter(OP_COPY, 0, 0, 0))
-        return 0;
-    u64 kind = PT_REGS_PARM4(ctx) & 0xffffffff;
-    if (kind > MEMCPY_KIND_MAX) {
-        drop(DROP_BAD_ARGUMENT);
-        return 0;
-    }
-    hist(bpf_get_current_pid_tgid() >> 32, FAM_COPY, kind, 0, PT_REGS_PARM3(ctx));
-    return 0;
-}
-
-// cudaMalloc / cudaMallocAsync / cudaMallocManaged(void **ptr, size_t size, ...):
-// counted when the call returns cudaSuccess.
-int rt_malloc(struct pt_regs *ctx) {
-    rt_enter(OP_ALLOC, PT_REGS_PARM2(ctx), 0, 0);
-    return 0;
-}
-
-int rt_sync_stream(struct pt_regs *ctx) {
-    rt_enter(OP_SYNC, (u64)SYNC_CUDA_STREAM << 56, PT_REGS_PARM1(ctx), 1);
-    return 0;
-}
-
-int rt_sync_device(struct pt_regs *ctx) {
-    rt_enter(OP_SYNC, (u64)SYNC_CUDA_DEVICE << 56, 0, 1);
-    return 0;
-}
-
-int rt_sync_event(struct pt_regs *ctx) {
-    rt_enter(OP_SYNC, (u64)SYNC_CUDA_EVENT << 56, 0, 1);
-    return 0;
-}
-
-// __cudaGetKernel(cudaKernel_t *kernel, const void *hostFun)
-int rt_get_kernel(struct pt_regs *ctx) {
-    rt_enter(OP_GET_KERNEL, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), 0);
-    return 0;
-}
-
-// --- driver: counted only outside a runtime call of the same thread ------------------
 // cuLaunchKernel(CUfunction f, unsigned gx, gy, gz, bx, by, bz, unsigned shared,
 //                CUstream stream, void **params, void **extra): bz, shared, stream on
-// the stack.
+// the stack (read in one go). Also cuLaunchCooperativeKernel.
 int drv_launch(struct pt_regs *ctx) {
-    if (in_runtime())
+    struct frame *f = enter(ctx, OP_LAUNCH);
+    if (!f)
         return 0;
-    u32 tgid = bpf_get_current_pid_tgid() >> 32;
-    u64 grid = (PT_REGS_PARM2(ctx) & 0xffffffff) * (PT_REGS_PARM3(ctx) & 0xffffffff) *
-               (PT_REGS_PARM4(ctx) & 0xffffffff);
-    u64 block = (PT_REGS_PARM5(ctx) & 0xffffffff) * (PT_REGS_PARM6(ctx) & 0xffffffff) *
-                (stack_arg(ctx, CU_LAUNCH_BZ_STACK_SLOT) & 0xffffffff);
-    if (launched(tgid, API_DRIVER, PT_REGS_PARM1(ctx), grid, block))
-        pend(tgid, API_DRIVER, PT_REGS_PARM1(ctx), stack_arg(ctx, CU_LAUNCH_STREAM_STACK_SLOT));
+    u64 stack[3] = {};
+    bpf_probe_read_user(&stack, sizeof(stack),
+                        (void *)PT_REGS_SP(ctx) + 8 * CU_LAUNCH_BZ_STACK_SLOT);
+    f->a = PT_REGS_PARM1(ctx);
+    f->b = (PT_REGS_PARM2(ctx) & 0xffffffff) * (PT_REGS_PARM3(ctx) & 0xffffffff) *
+           (PT_REGS_PARM4(ctx) & 0xffffffff);
+    f->c = (PT_REGS_PARM5(ctx) & 0xffffffff) * (PT_REGS_PARM6(ctx) & 0xffffffff) *
+           (stack[0] & 0xffffffff);
+    f->d = stack[CU_LAUNCH_STREAM_STACK_SLOT - CU_LAUNCH_BZ_STACK_SLOT];
     return 0;
 }
 
-// cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **params, void **extra)
-int drv_launch_ex(struct pt_regs *ctx) {
-    if (in_runtime())
+// cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream), cuGraphLaunch likewise
+int graph_launch(struct pt_regs *ctx) {
+    struct frame *f = enter(ctx, OP_GRAPH_LAUNCH);
+    if (!f)
         return 0;
-    u32 tgid = bpf_get_current_pid_tgid() >> 32;
-    struct launch_cfg c = {};
-    bpf_probe_read_user(&c, sizeof(c), (void *)PT_REGS_PARM1(ctx) + CULCFG_GRID_OFF);
-    if (launched(tgid, API_DRIVER, PT_REGS_PARM2(ctx), (u64)c.dims[0] * c.dims[1] * c.dims[2],
-                 (u64)c.dims[3] * c.dims[4] * c.dims[5]))
-        pend(tgid, API_DRIVER, PT_REGS_PARM2(ctx), c.stream);
+    f->a = PT_REGS_PARM1(ctx);
+    f->d = PT_REGS_PARM2(ctx);
     return 0;
 }
 
+// --- copies: bytes in f->a, the kind in the cookie or (MEMCPY_FROM_ARGS) in f->b ------
+// cudaMemcpy(dst, src, size_t count, enum cudaMemcpyKind kind[, stream]);
 // cuMemcpy*(dst, src, size_t bytes[, stream]): the kind is in the function's name.
-static __always_inline int drv_copy(struct pt_regs *ctx, u16 kind) {
-    if (in_runtime())
+int copy(struct pt_regs *ctx) {
+    struct frame *f = enter(ctx, OP_COPY);
+    if (!f)
         return 0;
-    hist(bpf_get_current_pid_tgid() >> 32, FAM_COPY, kind, 0, PT_REGS_PARM3(ctx));
+    f->a = PT_REGS_PARM3(ctx);
+    f->b = PT_REGS_PARM4(ctx) & 0xffffffff;
+    if (COOKIE_ARG(f->cookie) == MEMCPY_FROM_ARGS && f->b > MEMCPY_KIND_MAX) {
+        drop(DROP_BAD_ARGUMENT);
+        f->counted = 0;
+    }
     return 0;
 }
 
-int drv_copy_htod(struct pt_regs *ctx) { return drv_copy(ctx, MEMCPY_HOST_TO_DEVICE); }
-int drv_copy_dtoh(struct pt_regs *ctx) { return drv_copy(ctx, MEMCPY_DEVICE_TO_HOST); }
-int drv_copy_dtod(struct pt_regs *ctx) { return drv_copy(ctx, MEMCPY_DEVICE_TO_DEVICE); }
-int drv_copy_default(struct pt_regs *ctx) { return drv_copy(ctx, MEMCPY_DEFAULT); }
-
+// --- allocations: bytes in f->a, the memory type in the cookie -----------------------
+// cudaMalloc / cudaMallocAsync / cudaMallocManaged(void **ptr, size_t size, ...),
 // cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytes)
-int drv_alloc(struct pt_regs *ctx) {
-    if (!in_runtime())
-        drv_enter(OP_ALLOC, PT_REGS_PARM2(ctx), 0, 0);
+int alloc(struct pt_regs *ctx) {
+    struct frame *f = enter(ctx, OP_ALLOC);
+    if (f)
+        f->a = PT_REGS_PARM2(ctx);
     return 0;
 }
 
-int drv_sync_stream(struct pt_regs *ctx) {
-    if (!in_runtime())
-        drv_enter(OP_SYNC, (u64)SYNC_CU_STREAM << 56, PT_REGS_PARM1(ctx), 1);
+// --- synchronising calls: the call in the cookie, the stream (if any) in f->d --------
+int sync(struct pt_regs *ctx) {
+    struct frame *f = enter(ctx, OP_SYNC);
+    if (!f)
+        return 0;
+    f->ts = bpf_ktime_get_ns();
+    f->d = PT_REGS_PARM1(ctx);
     return 0;
 }
 
-int drv_sync_ctx(struct pt_regs *ctx) {
-    if (!in_runtime())
-        drv_enter(OP_SYNC, (u64)SYNC_CU_CTX << 56, 0, 1);
+// --- names -----------------------------------------------------------------------------
+// __cudaGetKernel(cudaKernel_t *kernel, const void *hostFun)
+int rt_get_kernel(struct pt_regs *ctx) {
+    struct tstate *t;
+    struct frame *f = enter_as(ctx, OP_GET_KERNEL, 1, &t);
+    if (f) {
+        f->a = PT_REGS_PARM1(ctx);
+        f->b = PT_REGS_PARM2(ctx);
+    }
     return 0;
 }
 
-// Names are wanted inside runtime calls too (the runtime loads modules lazily).
 // cuModuleGetFunction(CUfunction *out, CUmodule m, const char *name),
 // cuLibraryGetKernel(CUkernel *out, CUlibrary l, const char *name)
 int drv_get_function(struct pt_regs *ctx) {
-    drv_enter(OP_GET_FUNCTION, PT_REGS_PARM1(ctx), PT_REGS_PARM3(ctx), 0);
+    struct tstate *t;
+    struct frame *f = enter_as(ctx, OP_GET_FUNCTION, 1, &t);
+    if (f) {
+        f->a = PT_REGS_PARM1(ctx);
+        f->b = PT_REGS_PARM3(ctx);
+    }
     return 0;
 }
 
 // cuKernelGetFunction(CUfunction *out, CUkernel kernel)
 int drv_kernel_function(struct pt_regs *ctx) {
-    drv_enter(OP_KERNEL_FUNCTION, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), 0);
+    struct tstate *t;
+    struct frame *f = enter_as(ctx, OP_KERNEL_FUNCTION, 1, &t);
+    if (f) {
+        f->a = PT_REGS_PARM1(ctx);
+        f->b = PT_REGS_PARM2(ctx);
+    }
     return 0;
 }
 

@@ -53,6 +53,8 @@ class CallKey(NamedTuple):
     api: str = ""  # runtime | driver | graph: launches, allocations
     memcpy_kind: str = ""  # copies
     sync_call: str = ""  # synchronisations
+    call: str = ""  # errors: the entry point, as documented (cudaMemcpyAsync)
+    error_type: str = ""  # errors: the code's name (cudaErrorNoDevice), or its number
     pid: int | None = None  # only with --ebpf.pid-label
 
 
@@ -60,6 +62,12 @@ class CallKey(NamedTuple):
 class CallHistogram:
     key: CallKey
     histogram: Histogram
+
+
+@dataclass(frozen=True)
+class CallCount:
+    key: CallKey
+    count: int
 
 
 @dataclass(frozen=True)
@@ -71,6 +79,7 @@ class CudaActivity:
     copies_bytes: Sequence[CallHistogram]
     allocations_bytes: Sequence[CallHistogram]
     sync_duration_seconds: Sequence[CallHistogram]
+    errors: Sequence[CallCount]  # calls that returned an error, not counted above
     dropped: Mapping[str, int]  # reason -> events lost since start
     attached_libraries: Sequence[str]  # paths as the first process seen mapping them saw
     kernel_names_overflow: int  # launches reported as cuda_kernel_name="other"

@@ -5,8 +5,9 @@ launch_loop.c, timing itself) with
 - `no_probe`: nothing attached;
 - `noop_one_uprobe`: one no-op uprobe on the launch symbol (the uprobe trap alone);
 - `noop_same_points`: no-op programs on every attach point the loop hits, as the collector
-  attaches them (runtime loop: cudaLaunchKernel entry + return, and the cuLaunchKernel
-  entry the runtime calls into; driver loop: cuLaunchKernel entry);
+  attaches them (every probed call has an entry and a return probe: runtime loop:
+  cudaLaunchKernel and the cuLaunchKernel the runtime calls into; driver loop:
+  cuLaunchKernel), through the same mechanism (uprobe_multi links);
 - `ours`: the collector's own compiled program (gpu_exporter/ebpf/program.c) on the same
   points.
 
@@ -27,7 +28,6 @@ from typing import Any
 import pytest
 
 from gpu_exporter.ebpf import abi
-from gpu_exporter.ebpf.elf import read_symbols
 from tests.bench.conftest import Results
 from tests.ebpf.conftest import Build, build_into
 
@@ -49,9 +49,15 @@ def build(tmp_path_factory: pytest.TempPathFactory) -> Build:
 def programs() -> dict[str, Any]:
     import bcc
 
-    from gpu_exporter.ebpf.probes import load_bpf
+    from gpu_exporter.ebpf import attach
+    from gpu_exporter.ebpf.probes import load_bpf, uprobe_programs
 
-    return {"noop": bcc.BPF(text=NOOP), "ours": load_bpf(bcc)}
+    noop, ours = bcc.BPF(text=NOOP), load_bpf(bcc)
+    mechs = {"noop": attach.mechanism(attach.UPROBE_MULTI, noop, bcc),
+             "ours": attach.mechanism(attach.UPROBE_MULTI, ours, bcc)}
+    mechs["noop"].load(["noop"])
+    mechs["ours"].load(uprobe_programs())
+    return {"noop": noop, "ours": ours, "mechanisms": mechs}
 
 
 def _loop(build: Build, api: str) -> float:
@@ -64,18 +70,27 @@ def _loop(build: Build, api: str) -> float:
     return float(out.split()[-1])
 
 
-def _points(build: Build, api: str, case: str) -> list[tuple[str, str, int, str]]:
-    """(library, event kind, address, BPF function) for one case."""
-    by_symbol = {p.symbol: p for p in abi.ALL_PROBES}
-    out = []
+def _points(build: Build, api: str, case: str) -> dict[str, list[Any]]:
+    """The probes of one case, by library: the collector's own (entry program and the
+    return program, with their cookies) or no-op programs on the same points."""
+    from gpu_exporter.ebpf import attach
+    from gpu_exporter.ebpf.elf import ElfFile
+
+    out: dict[str, list[Any]] = {}
     symbols = LOOP_SYMBOLS[api][:1] if case == "noop_one_uprobe" else LOOP_SYMBOLS[api]
     for symbol in symbols:
         lib = build.path("libcudart.so.12" if symbol.startswith("cuda") else "libcuda.so.1")
-        addr = read_symbols(lib).functions[symbol]
-        probe = by_symbol[symbol]
-        out.append((lib, "entry", addr, "noop" if case != "ours" else probe.program))
-        if probe.returns and case != "noop_one_uprobe":
-            out.append((lib, "return", addr, "noop" if case != "ours" else probe.returns))
+        elf = ElfFile.open(lib)
+        offset = elf.offset_of_vaddr(elf.functions([symbol])[symbol])
+        assert offset is not None
+        cookie = abi.cookie(abi.INDEX[symbol])
+        ours = case == "ours"
+        points = out.setdefault(lib, [])
+        points.append(attach.Point(offset, abi.BY_SYMBOL[symbol].program if ours else "noop",
+                                   False, cookie))
+        if case != "noop_one_uprobe":
+            points.append(attach.Point(offset, abi.RETURN_PROGRAM if ours else "noop", True,
+                                       cookie))
     return out
 
 
@@ -84,20 +99,13 @@ def _attached(programs: dict[str, Any], build: Build, api: str, case: str) -> It
     if case == "no_probe":
         yield
         return
-    b = programs["ours" if case == "ours" else "noop"]
-    events = []
+    mech = programs["mechanisms"]["ours" if case == "ours" else "noop"]
+    attachments = [mech.attach(lib, points)
+                   for lib, points in _points(build, api, case).items()]
     try:
-        for lib, kind, addr, fn in _points(build, api, case):
-            if kind == "entry":
-                b.attach_uprobe(name=lib.encode(), addr=addr, fn_name=fn.encode())
-                events.append(b._get_uprobe_evname(b"p", lib.encode(), addr, -1))
-            else:
-                b.attach_uretprobe(name=lib.encode(), addr=addr, fn_name=fn.encode())
-                events.append(b._get_uprobe_evname(b"r", lib.encode(), addr, -1))
         yield
     finally:
-        for ev in events:
-            b.detach_uprobe_event(ev)
+        mech.detach(attachments)
 
 
 @pytest.mark.bench
@@ -125,8 +133,10 @@ def test_launch_loop_cost(benchmark: Any, results: Results, build: Build,
               f"(min {min(xs) / 1000:.3f}, max {max(xs) / 1000:.3f}) "
               f"x{row['ratio_to_noop_same_points']:.2f} of noop_same_points")
     # The probes did fire: the collector's program counted every launch of the rounds.
-    stats = programs["ours"]["stats"]
+    stats = programs["ours"][b"stats"]
     launches = sum(int(v.value) for k, v in stats.items() if k.fam == abi.FAM_LAUNCH)
+    launches += sum(int(slot.n) for v in programs["ours"][b"shapes"].values()
+                    for slot in v.launches)
     assert launches >= CALLS * ROUNDS
 
 

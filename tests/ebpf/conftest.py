@@ -3,6 +3,7 @@ drives workload processes that wait on stdin until the probes are attached."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import time
@@ -32,7 +33,8 @@ def build_into(out: Path) -> Build:
     out.mkdir(parents=True, exist_ok=True)
     rpath = "-Wl,-rpath,$ORIGIN"
     steps = [
-        [gcc, "-O0", "-shared", "-fPIC", "-o", "libcuda.so.1", str(CSRC / "fake_cuda.c"),
+        [gcc, "-O0", "-Wall", "-Werror", "-shared", "-fPIC", "-o", "libcuda.so.1",
+         str(CSRC / "fake_cuda.c"),
          "-Wl,-soname,libcuda.so.1"],
         ["ln", "-sf", "libcuda.so.1", "libcuda.so"],
         [gcc, "-O0", "-shared", "-fPIC", "-o", "libcudart.so.12", str(CSRC / "fake_cudart.c"),
@@ -105,11 +107,11 @@ def copy_program(build: Build, program: str, as_name: str) -> str:
 class Workload:
     """A workload process that has mapped the libraries and waits for "go"."""
 
-    def __init__(self, argv: Sequence[str]) -> None:
+    def __init__(self, argv: Sequence[str], env: dict[str, str] | None = None) -> None:
         self.argv = list(argv)
         self.proc = subprocess.Popen(
             [*argv, "--wait"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True,
+            stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})},
         )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()

@@ -45,12 +45,11 @@ def _log_counts(logs: str, verb: str) -> dict[str, int]:
 
 
 def _expected_probes(lib: str) -> int:
-    """Entry probes on the probed symbols the file defines, plus their return probes."""
+    """An entry and a return probe on each probed symbol the file defines."""
     from gpu_exporter.ebpf import abi
     from gpu_exporter.ebpf.elf import ElfFile
 
-    defined = ElfFile.open(lib).functions(abi.BY_SYMBOL)
-    return sum(1 + (abi.BY_SYMBOL[s].returns is not None) for s in defined)
+    return 2 * len(ElfFile.open(lib).functions(abi.BY_SYMBOL))
 
 
 def test_probes_detached_within_two_rescans_of_the_last_process(
@@ -205,19 +204,21 @@ def test_both_attach_mechanisms_place_count_and_remove_probes(cuda_build: Build,
             offset = elf.offset_of_vaddr(elf.functions(["cudaLaunchKernel"])["cudaLaunchKernel"])
             assert offset is not None
             probe = abi.BY_SYMBOL["cudaLaunchKernel"]
-            assert probe.returns is not None
+            cookie = abi.cookie(abi.INDEX["cudaLaunchKernel"])
+            points = [attach.Point(offset, probe.program, False, cookie),
+                      attach.Point(offset, abi.RETURN_PROGRAM, True, cookie)]
             w = Workload([str(d / "workload"), "threads", "1", "7"])
             at = probe_address(w.proc.pid, lib, "cudaLaunchKernel")
-            a = mech.attach(lib, [attach.Point(offset, probe.program, False),
-                                  attach.Point(offset, probe.returns, True)])
+            a = mech.attach(lib, points)
             assert a.probes == 2 and breakpoint_set(w.proc.pid, at)
             mech.detach([a])
             assert not breakpoint_set(w.proc.pid, at)
-            a = mech.attach(lib, [attach.Point(offset, probe.program, False),
-                                  attach.Point(offset, probe.returns, True)])
+            a = mech.attach(lib, points)
             w.go()
             launches = sum(int(v.value) for k, v in bpf[b"stats"].items()
                            if k.fam == abi.FAM_LAUNCH and k.tgid == w.proc.pid)
+            shapes = bpf[b"shapes"]
+            launches += sum(int(s.n) for s in shapes[shapes.Key(w.proc.pid)].launches)
             assert launches == 7, name
             mech.detach([a])
         finally:

@@ -18,6 +18,7 @@ from gpu_exporter.ebpf.names import OTHER, UNKNOWN, NameCap, demangle, kernel_na
 from gpu_exporter.ebpf.probes import DEFAULT_TRACEPOINT_OFFSETS, program_text, tracepoint_offsets
 from gpu_exporter.ebpf.reading import BYTES_BOUNDS_LOG2, cumulative
 from tests.ebpf.conftest import CSRC, Build
+from tests.helpers import REPO
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +84,8 @@ def test_program_uses_only_defined_constants() -> None:
     used = set(re.findall(r"\b([A-Z][A-Z0-9_]{3,})\b", code))
     not_ours = {"BPF_HASH", "BPF_ARRAY", "BPF_PERCPU_ARRAY", "BPF_RINGBUF_OUTPUT", "PT_REGS_PARM1",
                 "PT_REGS_PARM2", "PT_REGS_PARM3", "PT_REGS_PARM4", "PT_REGS_PARM5",
-                "PT_REGS_PARM6", "PT_REGS_SP", "PT_REGS_RC", "E2BIG"}
+                "PT_REGS_PARM6", "PT_REGS_SP", "PT_REGS_RC", "E2BIG", "BPF_TASK_STORAGE",
+                "BPF_LOCAL_STORAGE_GET_F_CREATE"}
     assert used - not_ours <= defined, used - not_ours - defined
     assert len(set(abi.DROP_NAMES)) == abi.DROP_REASONS
 
@@ -98,12 +100,42 @@ def test_tracepoint_record_offsets_read_from_tracefs() -> None:
 
 def test_every_probe_names_a_program_in_the_source() -> None:
     text = program_text()
+    for program in (*abi.ENTRY_PROGRAMS, abi.RETURN_PROGRAM):
+        assert f"int {program}(struct pt_regs *ctx)" in text, program
+    assert len(abi.ALL_PROBES) < 1 << 16 and all(p.arg < 1 << 8 for p in abi.ALL_PROBES)
+
+
+def test_probed_symbols_are_what_the_real_cuda_libraries_export() -> None:
+    """Against NVIDIA's real libcudart 11.8 and libcuda 535, recorded by
+    scripts/gen-cuda-errors.py: a misspelt symbol, or one on the wrong side, fails here."""
+    recorded = {}
+    for line in (REPO / "tests/fixtures/cuda/real-symbols.txt").read_text().splitlines():
+        if line and not line.startswith("#"):
+            symbol, side = line.split()
+            recorded[symbol] = side
     for p in abi.ALL_PROBES:
-        assert f"int {p.program}(struct pt_regs *ctx)" in text, p
-        if p.returns:
-            assert f"int {p.returns}(struct pt_regs *ctx)" in text, p
-    # Every runtime entry point has a return probe (the "inside the runtime" marker).
-    assert all(p.returns == "rt_ret" for p in abi.RUNTIME_PROBES)
+        if p.since:
+            assert p.symbol not in recorded, p  # really newer than the recorded libraries
+            continue
+        assert recorded.get(p.symbol) == ("driver" if p.driver else "runtime"), p
+
+
+def test_cookies_say_which_call_and_which_side() -> None:
+    for i, p in enumerate(abi.ALL_PROBES):
+        c = abi.cookie(i)
+        assert (c & 0xFFFF, c >> 16 & 0xFF, c >> 24 & 1) == (i, p.arg, int(p.driver))
+        assert p.driver == (p in abi.DRIVER_PROBES) == bool(re.match(r"cu[A-Z]", p.symbol))
+
+
+@pytest.mark.parametrize(("symbol", "call"), [
+    ("cuMemcpyHtoDAsync_v2_ptsz", "cuMemcpyHtoDAsync"),
+    ("cudaMemcpy_ptds", "cudaMemcpy"),
+    ("cuMemAlloc_v2", "cuMemAlloc"),
+    ("cudaLaunchKernel", "cudaLaunchKernel"),
+    ("__cudaGetKernel", "__cudaGetKernel"),
+])
+def test_cuda_call_is_the_documented_name(symbol: str, call: str) -> None:
+    assert abi.Probe(symbol, "copy").call == call
 
 
 def test_elf_symbols_and_address_lookup(cuda_build: Build) -> None:

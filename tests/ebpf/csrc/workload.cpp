@@ -34,9 +34,10 @@ __attribute__((noinline)) void cooperative_kernel(int) { BODY(15); }
 static const void *fn(void (*f)()) { return reinterpret_cast<const void *>(f); }
 template <typename F> static const void *fnp(F f) { return reinterpret_cast<const void *>(f); }
 
+// Errors are not fatal here: with FAKE_CUDA_FAIL set, some calls fail on purpose.
 static void launch(const void *f, dim3 g, dim3 b, cudaStream_t s = nullptr) {
   void *args[1] = {nullptr};
-  if (cudaLaunchKernel(f, g, b, args, 0, s) != 0) std::abort();
+  (void)cudaLaunchKernel(f, g, b, args, 0, s);
 }
 
 static void runtime_work(int n) {
@@ -51,10 +52,9 @@ static void runtime_work(int n) {
   cfg.blockDim = dim3{64, 1, 1};  // 64 threads
   cfg.stream = stream;
   void *args[1] = {nullptr};
-  if (cudaLaunchKernelExC(&cfg, fn(&helper), args) != 0) std::abort();
-  if (cudaLaunchCooperativeKernel(fnp(&cooperative_kernel), dim3{16, 1, 1}, dim3{512, 1, 1},
-                                  args, 0, nullptr) != 0)  // 16 x 512
-    std::abort();
+  (void)cudaLaunchKernelExC(&cfg, fn(&helper), args);
+  (void)cudaLaunchCooperativeKernel(fnp(&cooperative_kernel), dim3{16, 1, 1},
+                                    dim3{512, 1, 1}, args, 0, nullptr);  // 16 x 512
   // CUDA 13 style: launch through an opaque kernel handle that maps to the host stub.
   cudaKernel_t handle = nullptr;
   if (__cudaGetKernel(&handle, fnp(&ns::Handled::run)) != 0) std::abort();
