@@ -114,6 +114,7 @@ class ProcessesCollector(Collector):
         self._device_labels = self.settings.get(DEVICE_LABELS_OPTION)
         self._kubelet = PodResourcesClient(self._socket)
         self._cap = ProcessCap(self.settings.get(MAX_PER_GPU_OPTION))
+        self._last_scrape = 0.0  # time.monotonic() of the previous collect()
         self._pod_log_dir = self.settings.get(POD_LOG_DIR_OPTION)
         self._nvml = nvml_stack.attach(self.settings)
         self._lanes: Lanes[int, nvml_processes.DeviceProcesses] = Lanes("processes")
@@ -185,6 +186,7 @@ class ProcessesCollector(Collector):
         # NVML's process calls run in lanes meanwhile: a GPU hung in one of them costs
         # only its own processes, not the kubelet's answer or the AMD/Intel clients.
         nvidia = self._start_nvidia(sink)
+        self._last_scrape = time.monotonic()
         pods = self._pods(sink)
         usage: dict[tuple[str, int], _Usage] = {}
         read: set[str] = set()  # devices whose process lists were read this scrape
@@ -313,8 +315,14 @@ class ProcessesCollector(Collector):
         for index, dev in sorted(session.devices.items()):
             state = self._sampling.get(dev.identity.key)
             if state is None:
+                # The first read of a GPU covers one scrape interval (the one since this
+                # collector's previous scrape; 15 s before the first), not everything the
+                # driver still buffers.
+                window = (time.monotonic() - self._last_scrape if self._last_scrape
+                          else nvml_processes.FIRST_WINDOW_SECONDS)
                 state = self._sampling[dev.identity.key] = nvml_processes.UtilizationState(
-                    dev.process_utilization or Availability.enabled())
+                    dev.process_utilization or Availability.enabled(),
+                    int((time.time() - window) * 1_000_000))
             jobs.append((index, partial(nvml_processes.read, dev, state)))
         return session, self._lanes.start(jobs)
 

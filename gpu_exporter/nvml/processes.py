@@ -30,7 +30,8 @@ from gpu_exporter.nvml.devices import (
 from gpu_exporter.records import GpuTask
 
 ProcessKind = Literal["compute", "graphics"]
-# How far back the first utilization read of a GPU goes: Prometheus' commonest interval.
+# How far back the first utilization read of a GPU goes when no scrape interval is known
+# yet (the exporter's first scrape): Prometheus' commonest interval.
 FIRST_WINDOW_SECONDS = 15.0
 
 _LISTS: tuple[tuple[ProcessKind, Versions], ...] = (
