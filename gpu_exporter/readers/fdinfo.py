@@ -128,7 +128,8 @@ def procfs_problem(procfs: str) -> Unreadable | None:
             f"no permission to read other processes' open files ({probe}): only DRM "
             "clients of the exporter's own user are seen",
             "run as root with CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH (Kubernetes: "
-            "securityContext.capabilities.add; systemd: AmbientCapabilities=)")
+            "deploy/kubernetes/overlays/process-fdinfo; systemd: the drop-in "
+            "gpu-exporter.service.d/process-fdinfo.conf)")
     except OSError:
         pass  # the process exited meanwhile: nothing to tell from it
     return None

@@ -22,7 +22,7 @@ from tests.helpers import REPO, require_tool, run_cli
 
 K8S = REPO / "deploy" / "kubernetes"
 KUSTOMIZATIONS = ["base", "prometheus-operator", "victoriametrics-operator", "overlays/ebpf",
-                  "overlays/tls"]
+                  "overlays/tls", "overlays/process-fdinfo"]
 # The oldest Kubernetes release still maintained when this was written, and the newest
 # the schemas know.
 K8S_VERSIONS = ["1.31.0", kubernetes_validate.latest_version()]
@@ -181,6 +181,23 @@ def test_ebpf_overlay_adds_exactly_what_ebpf_needs() -> None:
     # Everything else is the base's.
     assert ebpf["metadata"]["namespace"] == base["metadata"]["namespace"] == "gpu-exporter"
     assert pod["affinity"] == base["spec"]["template"]["spec"]["affinity"]
+
+
+def test_process_fdinfo_overlay_adds_only_the_fdinfo_capabilities() -> None:
+    base, fdinfo = daemonset("base"), daemonset("overlays/process-fdinfo")
+    pod = fdinfo["spec"]["template"]["spec"]
+    sc = pod["containers"][0]["securityContext"]
+    assert sc["capabilities"] == {"drop": ["ALL"], "add": ["SYS_PTRACE", "DAC_READ_SEARCH"]}
+    assert not pod.get("hostPID")  # the host's /proc is mounted; its PIDs are not needed
+    # The fdinfo capabilities are a subset of what the eBPF overlay grants.
+    assert set(sc["capabilities"]["add"]) < EBPF_CAPS
+    # Everything else is the base's.
+    base_pod = base["spec"]["template"]["spec"]
+    base_sc = base_pod["containers"][0]["securityContext"]
+    assert {k: v for k, v in sc.items() if k != "capabilities"} == \
+        {k: v for k, v in base_sc.items() if k != "capabilities"}
+    assert {k: v for k, v in pod.items() if k != "containers"} == \
+        {k: v for k, v in base_pod.items() if k != "containers"}
 
 
 def _known_env_names() -> set[str]:

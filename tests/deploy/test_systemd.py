@@ -67,7 +67,7 @@ def _exposure(root: Path) -> float:
 
 def test_unit_verifies_clean(tmp_path: Path) -> None:
     analyze = require_tool("systemd-analyze")
-    root = _root_with(tmp_path, "ebpf.conf", "tls.conf")
+    root = _root_with(tmp_path, "ebpf.conf", "tls.conf", "process-fdinfo.conf")
     unit = root / "etc/systemd/system/gpu-exporter.service"
     res = subprocess.run([analyze, "verify", "--man=no", str(unit)],
                          capture_output=True, text=True, timeout=60)
@@ -86,9 +86,12 @@ def test_verifier_catches_a_broken_unit(tmp_path: Path) -> None:
 def test_security_exposure_is_low(tmp_path: Path) -> None:
     base = _exposure(_root_with(tmp_path / "base"))
     ebpf = _exposure(_root_with(tmp_path / "ebpf", "ebpf.conf"))
-    print(f"systemd-analyze security exposure: base {base}, with eBPF drop-in {ebpf}")
+    fdinfo = _exposure(_root_with(tmp_path / "fdinfo", "process-fdinfo.conf"))
+    print(f"systemd-analyze security exposure: base {base}, with eBPF drop-in {ebpf}, "
+          f"with process-fdinfo drop-in {fdinfo}")
     assert base <= MAX_EXPOSURE
     assert ebpf <= MAX_EXPOSURE
+    assert base <= fdinfo <= ebpf
     # The drop-in really widens what the base forbids: the analysis sees it.
     assert ebpf >= base
 
@@ -113,6 +116,15 @@ def test_ebpf_dropin_grants_exactly_the_ebpf_capabilities() -> None:
     assert "GPU_EXPORTER_COLLECTOR_EBPF=true" in svc["Environment"]
     assert svc["NoNewPrivileges"] == ["yes"], "ambient capabilities work without it"
     assert svc["TimeoutStopSec"] == ["60s"]  # time to detach the probes at stop
+
+
+def test_process_fdinfo_dropin_grants_only_the_fdinfo_capabilities() -> None:
+    svc = _service(UNIT, DROPINS / "process-fdinfo.conf")
+    fdinfo = {"CAP_SYS_PTRACE", "CAP_DAC_READ_SEARCH"}
+    assert set(svc["CapabilityBoundingSet"][-1].split()) == fdinfo
+    assert set(svc["AmbientCapabilities"][-1].split()) == fdinfo
+    assert fdinfo < EBPF_CAPS
+    assert svc["NoNewPrivileges"] == ["yes"]
 
 
 def test_tls_dropin_loads_the_credentials_it_names() -> None:
