@@ -42,6 +42,7 @@ lint: venv
 
 docs: venv
 	$(PY) -m gpu_exporter.docs > docs/metrics.md
+	$(PY) -m gpu_exporter.ebpf.probe_table docs/ebpf.md
 
 # The kubelet PodResources stubs are committed; regenerate after changing api.proto.
 podresources-stubs: venv

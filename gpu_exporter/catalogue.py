@@ -12,6 +12,7 @@ No `from __future__ import annotations` here: see `gpu_exporter.labels`.
 
 from typing import Any, Literal, NotRequired, TypedDict
 
+from gpu_exporter.ebpf import abi
 from gpu_exporter.family import Counter, Family, Gauge, Histogram, Kind
 from gpu_exporter.labels import (
     DEVICE_LABEL_SET,
@@ -338,7 +339,7 @@ class LaunchLabels(CudaLabels):
 GPU_KERNEL_LAUNCH_CALLS = Counter(
     "gpu_kernel_launch_calls_total", "CUDA kernel launches that succeeded.", C, LaunchLabels,
     fixed=True,
-    sources="uprobes on cudaLaunchKernel*, cudaGraphLaunch, cuLaunchKernel*",
+    sources="uprobes on " + abi.calls_of(abi.LAUNCH_PROGRAMS),
 )
 
 
@@ -376,7 +377,8 @@ class CopyLabels(CudaLabels):
 
 GPU_MEMORY_COPIES = Histogram(
     "gpu_memory_copies_bytes", "Bytes per successful memory copy call, sync and async.", C,
-    CopyLabels, unit="bytes", fixed=True, sources="uprobes on cudaMemcpy*, cuMemcpy*",
+    CopyLabels, unit="bytes", fixed=True,
+    sources="uprobes on " + abi.calls_of(abi.COPY_PROGRAMS),
 )
 
 
@@ -387,7 +389,7 @@ class AllocationLabels(CudaLabels):
 
 GPU_MEMORY_ALLOCATIONS = Histogram(
     "gpu_memory_allocations_bytes", "Bytes per successful allocation call.", C, AllocationLabels,
-    unit="bytes", sources="uprobes on cudaMalloc*, cuMemAlloc*",
+    unit="bytes", sources="uprobes on " + abi.calls_of(abi.ALLOC_PROGRAMS),
 )
 
 
@@ -397,7 +399,8 @@ class SyncLabels(CudaLabels):
 
 GPU_SYNC_DURATION = Histogram(
     "gpu_sync_duration_seconds", "Time blocked in synchronising calls that succeeded.", C,
-    SyncLabels, unit="seconds", sources="uprobe/uretprobe pairs on *Synchronize",
+    SyncLabels, unit="seconds",
+    sources="uprobe/uretprobe pairs on " + abi.calls_of(abi.SYNC_PROGRAMS),
 )
 
 

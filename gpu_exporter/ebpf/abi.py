@@ -75,6 +75,7 @@ SYNC_NAMES: Final = {
 MEM_DEVICE: Final = 0
 MEM_MANAGED: Final = 1
 MEM_HOST: Final = 2
+MEM_NAMES: Final = {MEM_DEVICE: "device", MEM_MANAGED: "managed", MEM_HOST: "host"}
 
 # The device a call was made on (struct skey.dev): the calling thread's current device
 # ordinal + 1, or this when it never chose one.
@@ -235,6 +236,25 @@ DRIVER_PROBES: Final[tuple[Probe, ...]] = (
 )
 
 ALL_PROBES: Final = RUNTIME_PROBES + DRIVER_PROBES
+
+# What each entry program makes of a call that returns success (the return program counts
+# a failure in gpu_cuda_errors_total whatever the program): the probe table of
+# docs/ebpf.md is generated from this and the probe lists (`make docs`).
+COUNTS: Final[dict[str, str]] = {
+    "rt_launch": "a launch: `gpu_kernel_launch_calls_total{cuda_api=\"runtime\"}`, named "
+                 "from the host function; grid and block size from the `dim3` arguments",
+    "launch_ex": "a launch: `gpu_kernel_launch_calls_total`; grid and block size from the "
+                 "launch configuration struct",
+    "drv_launch": "a launch: `gpu_kernel_launch_calls_total{cuda_api=\"driver\"}`, named "
+                  "from the `CUfunction`; grid and block size from the arguments",
+    "graph_launch": "a graph launch: `gpu_kernel_launch_calls_total{cuda_api=\"graph\"}`",
+    "copy": "a copy: `gpu_memory_copies_bytes`, bytes = the byte count argument",
+    "alloc": "an allocation: `gpu_memory_allocations_bytes`, bytes = the size argument",
+    "sync": "a synchronisation: `gpu_sync_duration_seconds`; closes a kernel duration sample",
+    "rt_get_kernel": "no count: maps a CUDA 13 kernel handle to its host function (names)",
+    "drv_get_function": "no count: names a `CUfunction`/`CUkernel` (kernel names)",
+    "drv_kernel_function": "no count: maps a `CUfunction` to its `CUkernel` (kernel names)",
+}
 BY_SYMBOL: Final = {p.symbol: p for p in ALL_PROBES}
 ENTRY_PROGRAMS: Final = tuple(sorted({p.program for p in ALL_PROBES}))
 
@@ -246,6 +266,18 @@ def cookie(index: int) -> int:
 
 
 INDEX: Final = {p.symbol: i for i, p in enumerate(ALL_PROBES)}
+
+
+LAUNCH_PROGRAMS: Final = ("rt_launch", "launch_ex", "drv_launch", "graph_launch")
+COPY_PROGRAMS: Final = ("copy",)
+ALLOC_PROGRAMS: Final = ("alloc",)
+SYNC_PROGRAMS: Final = ("sync",)
+
+
+def calls_of(programs: tuple[str, ...]) -> str:
+    """The documented calls these programs are attached to, in probe order: what
+    docs/metrics.md names as a family's sources."""
+    return ", ".join(dict.fromkeys(p.call for p in ALL_PROBES if p.program in programs))
 # A mapped file that defines one of these is probed whatever its name (a runtime linked
 # statically into a binary, a wheel's hashed libcudart-1a2b3c4d.so.12).
 MARKER_SYMBOLS: Final = frozenset({"cudaLaunchKernel", "cuLaunchKernel"})

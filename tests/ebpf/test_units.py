@@ -279,3 +279,28 @@ def test_names_resolve_after_the_process_exited(cuda_build: Build) -> None:
     assert resolver.symbol_at(pid, first + gemm) == "_ZN2ml4gemmIfLi4EEEvPT_i"
     assert resolver.kernel_label(pid, abi.API_RUNTIME, first + gemm) == "ml::gemm"
     assert resolver.kernel_label(pid, abi.API_RUNTIME, 0x10) == UNKNOWN
+
+
+def test_probe_table_in_docs_is_generated_from_abi() -> None:
+    from gpu_exporter.ebpf import probe_table
+
+    doc = (REPO / "docs" / "ebpf.md").read_text()
+    assert probe_table.update(doc) == doc, "docs/ebpf.md's probe table is stale: run `make docs`"
+    # One row per documented call and kind of count; every probed symbol in one of them.
+    table = doc.split(probe_table.BEGIN, 1)[1].split(probe_table.END, 1)[0]
+    for p in abi.ALL_PROBES:
+        assert f"`{p.symbol}`" in table, p
+    assert set(abi.COUNTS) == set(abi.ENTRY_PROGRAMS), "describe every entry program"
+
+
+def test_family_sources_name_exactly_the_probed_calls() -> None:
+    from gpu_exporter import catalogue as c
+
+    for family, programs in ((c.GPU_MEMORY_COPIES, abi.COPY_PROGRAMS),
+                             (c.GPU_MEMORY_ALLOCATIONS, abi.ALLOC_PROGRAMS),
+                             (c.GPU_KERNEL_LAUNCH_CALLS, abi.LAUNCH_PROGRAMS)):
+        named = set(family.sources.split(" on ", 1)[1].split(", "))
+        assert named == {p.call for p in abi.ALL_PROBES if p.program in programs}, family.name
+    kinds = set(abi.LAUNCH_PROGRAMS + abi.COPY_PROGRAMS + abi.ALLOC_PROGRAMS
+                + abi.SYNC_PROGRAMS)
+    assert kinds <= set(abi.ENTRY_PROGRAMS)

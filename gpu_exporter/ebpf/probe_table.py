@@ -1,0 +1,69 @@
+"""The table of every probed symbol in docs/ebpf.md, generated from abi.py:
+`python -m gpu_exporter.ebpf.probe_table docs/ebpf.md` (part of `make docs`) rewrites what
+lies between the markers and leaves the rest of the file alone."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from gpu_exporter.ebpf import abi
+
+BEGIN = ("<!-- probes:begin (generated from gpu_exporter/ebpf/abi.py by `make docs`; "
+         "do not edit) -->")
+END = "<!-- probes:end -->"
+
+
+def _detail(p: abi.Probe) -> str:
+    """What the probe's constant (its cookie's argument) adds to its program's count."""
+    if "copy" in p.program:
+        if p.arg == abi.MEMCPY_FROM_ARGS:
+            return "; `cuda_memcpy_kind` from the `kind` argument" if p.program == "copy" else ""
+        return f"; `cuda_memcpy_kind=\"{abi.MEMCPY_KIND_NAMES[p.arg]}\"`"
+    if p.program == "alloc":
+        return f"; `{abi.MEM_NAMES[p.arg]}` memory"
+    if p.program == "sync":
+        return f"; `cuda_sync_call=\"{abi.SYNC_NAMES[p.arg]}\"`"
+    return ""
+
+
+def rows() -> list[tuple[str, str, str, str]]:
+    """(cuda_call, symbols, API, what a successful call counts), one per documented call
+    and kind of count, in probe order; the _v2/_ptsz/_ptds symbols of a call together."""
+    out: dict[tuple[str, bool, str, int], list[abi.Probe]] = {}
+    for p in abi.ALL_PROBES:
+        out.setdefault((p.call, p.driver, p.program, p.arg), []).append(p)
+    table = []
+    for (call, driver, program, _), probes in out.items():
+        symbols = ", ".join(f"`{p.symbol}`" + (f" (CUDA {p.since}+)" if p.since else "")
+                            for p in probes)
+        table.append((f"`{call}`", symbols, "driver" if driver else "runtime",
+                      abi.COUNTS[program] + _detail(probes[0])))
+    return table
+
+
+def render() -> str:
+    lines = [BEGIN, "", "| `cuda_call` | symbols probed | API | a successful call counts |",
+             "|---|---|---|---|"]
+    lines += [f"| {' | '.join(r)} |" for r in rows()]
+    lines += ["", f"{len(abi.ALL_PROBES)} symbols, each with an entry and a return probe: "
+              "a call that returns an error counts once in `gpu_cuda_errors_total` instead. "
+              "A driver call made inside a probed runtime call is not counted again.",
+              "", END]
+    return "\n".join(lines)
+
+
+def update(text: str) -> str:
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    return head + render() + tail
+
+
+def main(argv: list[str]) -> None:
+    for name in argv:
+        path = Path(name)
+        path.write_text(update(path.read_text()))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
