@@ -2,6 +2,8 @@
 VENV   := .venv
 PY     := $(VENV)/bin/python
 BIN    := $(VENV)/bin
+# The oldest nvidia-ml-py of the pinned range, beside the venv, for the GPM binding test.
+BINDINGS_LOW := $(shell sed -n 's/.*"nvidia-ml-py>=\([0-9.]*\),.*/\1/p' pyproject.toml)
 # Debian's python3 so that bcc (python3-bpfcc, not on PyPI) is importable in the venv.
 SYSPY  := /usr/bin/python3
 ARGS   ?=
@@ -29,6 +31,8 @@ $(VENV)/.installed: pyproject.toml
 	$(SYSPY) -m venv --system-site-packages $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet --no-deps --upgrade \
+		--target build/bindings/nvidia-ml-py-$(BINDINGS_LOW) nvidia-ml-py==$(BINDINGS_LOW)
 	touch $@ $(VENV)/.installed-run
 
 venv: $(VENV)/.installed

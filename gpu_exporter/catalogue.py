@@ -22,7 +22,14 @@ from gpu_exporter.labels import (
     ProcessLabels,
     Scope,
 )
-from gpu_exporter.records import Direction, ErrorType, GpuTask, HealthState, NvlinkState
+from gpu_exporter.records import (
+    Direction,
+    ErrorType,
+    GpmPipe,
+    GpuTask,
+    HealthState,
+    NvlinkState,
+)
 
 __all__ = ["BY_NAME", "CATALOGUE", "Family", "Kind", "LabelSet", "Scope", "prom_label"]
 
@@ -259,6 +266,58 @@ HW_GPU_NVLINK_LINKS = Gauge(
     sources="NVML field values NVLINK_LINK_COUNT (once) and NVLINK_GET_STATE per link "
     "(NVML_NVLINK_STATE_*); GPUs without NVLink have none",
     dcgm="none (dcgmi nvlink --link-status)",
+)
+
+# --- GPM (NVIDIA Hopper and newer): what the GPU really does ------------------------------
+# Averages over the time between the previous scrape's sample and this one's
+# (gpu_exporter_gpm_window_seconds). Each equals a DCGM profiling field (`dcgm`), so that
+# dcgm-exporter queries translate one to one.
+
+
+class GpmLabels(TypedDict, total=False):
+    # A MIG GPU instance shared by several compute instances: reported once, on its
+    # parent GPU's series (one with a single compute instance reports on that MIG device).
+    gpu_instance_id: str
+
+
+HW_GPU_ENGINE_ACTIVE = Gauge(
+    "hw_gpu_engine_active_ratio",
+    "Fraction of time the graphics/compute engine was active (0..1, GPM).", D, GpmLabels,
+    unit="ratio", sources="NVML GPM GRAPHICS_UTIL", dcgm="DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+)
+HW_GPU_SM_ACTIVE = Gauge(
+    "hw_gpu_sm_active_ratio",
+    "Fraction of SMs with at least one warp resident, averaged over time (0..1, GPM).", D,
+    GpmLabels, unit="ratio", sources="NVML GPM SM_UTIL", dcgm="DCGM_FI_PROF_SM_ACTIVE",
+)
+HW_GPU_SM_OCCUPANCY = Gauge(
+    "hw_gpu_sm_occupancy_ratio",
+    "Resident warps over the SMs' maximum, averaged over time (0..1, GPM).", D, GpmLabels,
+    unit="ratio", sources="NVML GPM SM_OCCUPANCY", dcgm="DCGM_FI_PROF_SM_OCCUPANCY",
+)
+HW_GPU_TENSOR_ACTIVE = Gauge(
+    "hw_gpu_tensor_active_ratio",
+    "Fraction of time any tensor pipe was active (0..1, GPM).", D, GpmLabels, unit="ratio",
+    sources="NVML GPM ANY_TENSOR_UTIL", dcgm="DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+)
+
+
+class PipeLabels(GpmLabels, total=True):
+    hw_gpu_pipe: GpmPipe
+
+
+HW_GPU_PIPE_ACTIVE = Gauge(
+    "hw_gpu_pipe_active_ratio", "Fraction of time the pipe was active (0..1, GPM).", D,
+    PipeLabels, unit="ratio",
+    sources="NVML GPM HMMA/IMMA/DFMA/DMMA_TENSOR_UTIL, FP64/FP32/FP16/INTEGER_UTIL",
+    dcgm="DCGM_FI_PROF_PIPE_TENSOR_HMMA_ACTIVE (tensor_hmma), _TENSOR_IMMA_ACTIVE "
+    "(tensor_imma), _TENSOR_DFMA_ACTIVE (tensor_dfma), _FP64_ACTIVE (fp64), _FP32_ACTIVE "
+    "(fp32), _FP16_ACTIVE (fp16), _INT_ACTIVE (integer); none for tensor_dmma",
+)
+HW_GPU_DRAM_ACTIVE = Gauge(
+    "hw_gpu_dram_active_ratio",
+    "Fraction of the device memory bandwidth used (0..1, GPM).", D, GpmLabels, unit="ratio",
+    sources="NVML GPM DRAM_BW_UTIL", dcgm="DCGM_FI_PROF_DRAM_ACTIVE",
 )
 
 # --- per-process families ----------------------------------------------------------------
@@ -502,6 +561,20 @@ COLLECTOR_SUCCESS = Gauge(
 COLLECTOR_DURATION = Gauge(
     "gpu_exporter_collector_duration_seconds", "Time the collector took this scrape.",
     S, CollectorLabels, unit="seconds",
+)
+
+
+class GpmWindowLabels(TypedDict):
+    hw_id: str
+    gpu_instance_id: NotRequired[str]  # as on the GPM families
+
+
+GPM_WINDOW = Gauge(
+    "gpu_exporter_gpm_window_seconds",
+    "Time the GPM values of the device cover: between the two samples they come from.", S,
+    GpmWindowLabels, unit="seconds",
+    sources="the previous GPM sample's time to this one's; a scrape within 100 ms of it "
+    "serves the last values and their window",
 )
 
 

@@ -6,7 +6,13 @@ from __future__ import annotations
 from gpu_exporter import catalogue as c
 from gpu_exporter.family import Emitted
 from gpu_exporter.labels import DeviceLabels
-from gpu_exporter.records import NVLINK_STATES, GpuReading, HealthState, NvlinkReading
+from gpu_exporter.records import (
+    NVLINK_STATES,
+    GpmReading,
+    GpuReading,
+    HealthState,
+    NvlinkReading,
+)
 
 _STATES: tuple[HealthState, ...] = ("ok", "degraded", "failed")
 
@@ -84,6 +90,10 @@ def emit(r: GpuReading, out: Emitted) -> None:
         c.HW_GPU_PCIE_MAX_LINK_TRANSFERS.emit(out, link.max_transfers_per_second, {}, dev)
     if r.nvlink is not None:
         _nvlink(r.nvlink, out, dev)
+    if r.gpm is not None:
+        _gpm(r.gpm, r, {}, out)
+    for instance, gpm in sorted(r.gpm_instances.items()):
+        _gpm(gpm, r, {"gpu_instance_id": str(instance)}, out)
 
 
 def _nvlink(n: NvlinkReading, out: Emitted, dev: str) -> None:
@@ -107,3 +117,16 @@ def _nvlink(n: NvlinkReading, out: Emitted, dev: str) -> None:
         if link is not None:
             error["nvlink"] = str(link)
         c.HW_ERRORS.emit(out, count, error, dev)
+
+
+def _gpm(g: GpmReading, r: GpuReading, labels: c.GpmLabels, out: Emitted) -> None:
+    dev = r.identity.key
+    c.HW_GPU_ENGINE_ACTIVE.emit(out, g.engine_active_ratio, labels, dev)
+    c.HW_GPU_SM_ACTIVE.emit(out, g.sm_active_ratio, labels, dev)
+    c.HW_GPU_SM_OCCUPANCY.emit(out, g.sm_occupancy_ratio, labels, dev)
+    c.HW_GPU_TENSOR_ACTIVE.emit(out, g.tensor_active_ratio, labels, dev)
+    for pipe, ratio in g.pipe_active_ratio.items():
+        c.HW_GPU_PIPE_ACTIVE.emit(out, ratio, {**labels, "hw_gpu_pipe": pipe}, dev)
+    c.HW_GPU_DRAM_ACTIVE.emit(out, g.dram_active_ratio, labels, dev)
+    if r.identity.hw_id is not None:
+        c.GPM_WINDOW.emit(out, g.window_seconds, {**labels, "hw_id": r.identity.hw_id})

@@ -26,6 +26,10 @@ Direction = Literal["receive", "transmit"]
 # NVML_NVLINK_STATE_* 0..3, in that order
 NvlinkState = Literal["inactive", "active", "sleep", "active_traffic_disabled"]
 NVLINK_STATES: tuple[NvlinkState, ...] = get_args(NvlinkState)
+# GPM pipes (NVIDIA Hopper and newer): tensor cores by instruction kind, and the pipes
+# outside them.
+GpmPipe = Literal["tensor_hmma", "tensor_imma", "tensor_dfma", "tensor_dmma", "fp64", "fp32",
+                  "fp16", "integer"]
 
 # gpu_index order across vendors (spec: NVIDIA, then AMD, then Intel).
 VENDOR_ORDER: dict[str, int] = {"nvidia": 0, "amd": 1, "intel": 2}
@@ -85,6 +89,20 @@ class NvlinkReading:
 
 
 @dataclass(frozen=True)
+class GpmReading:
+    """GPM activity averaged over `window_seconds` (the time between two samples), ratios
+    0..1; None or a missing pipe: not reported (not supported, an error, or NaN)."""
+
+    window_seconds: float
+    engine_active_ratio: float | None = None
+    sm_active_ratio: float | None = None
+    sm_occupancy_ratio: float | None = None
+    tensor_active_ratio: float | None = None
+    dram_active_ratio: float | None = None
+    pipe_active_ratio: Mapping[GpmPipe, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class GpuReading:
     """One device at one scrape. `up=False` readings carry identity only."""
 
@@ -108,3 +126,7 @@ class GpuReading:
     state: HealthState | None = None
     pcie_link: PcieLink | None = None
     nvlink: NvlinkReading | None = None  # None: a GPU without NVLink (or not read)
+    # GPM: this device's (a GPU, or a MIG device alone in its GPU instance), and, on a GPU,
+    # those of its MIG GPU instances shared by several compute instances, by instance id.
+    gpm: GpmReading | None = None
+    gpm_instances: Mapping[int, GpmReading] = field(default_factory=dict)

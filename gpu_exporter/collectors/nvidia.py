@@ -31,6 +31,7 @@ from gpu_exporter.nvml import stack as nvml_stack
 from gpu_exporter.nvml.calls import FIX_UPDATE, NvmlGone, NvmlUnavailable
 from gpu_exporter.nvml.devices import NvmlDevice
 from gpu_exporter.nvml.events import XidListener
+from gpu_exporter.nvml.gpm import GPM, MIN_WINDOW_SECONDS
 from gpu_exporter.nvml.lanes import Lanes
 from gpu_exporter.nvml.stack import DEVFS, Session, StackBusy
 from gpu_exporter.records import GpuReading
@@ -47,7 +48,7 @@ _ECC_COUNTS = ("ecc_corrected", "ecc_uncorrected")
 class NvidiaCollector(Collector):
     name: ClassVar[str] = "nvidia"
     help: ClassVar[str] = "NVIDIA GPUs through NVML (libnvidia-ml.so.1)."
-    options = (DEVFS, nvlink.PER_LINK)
+    options = (DEVFS, nvlink.PER_LINK, GPM)
 
     def __init__(self, settings: Settings) -> None:
         super().__init__(settings)
@@ -92,6 +93,14 @@ class NvidiaCollector(Collector):
             out.extend(device_features("nvlink", {
                 d.identity.key: d.nvlink or Availability.unavailable("NVLink not read")
                 for d in devices}))
+            if not self.settings.get(GPM):
+                out.append(Feature("gpm", Availability.disabled(
+                    "turned off by --no-collector.nvidia.gpm",
+                    "--collector.nvidia.gpm turns it on")))
+            else:
+                out.extend(device_features(
+                    "gpm", {d.identity.key: d.gpm.availability for d in devices
+                            if d.gpm is not None}))
         return out
 
     # -- scrape ----------------------------------------------------------------------
@@ -136,6 +145,7 @@ class NvidiaCollector(Collector):
         """Every identified GPU, in lanes; raises NvmlGone."""
         events = session.events
         devices = sorted(session.devices.items())
+        _first_gpm_window(devices, deadline)
         run = self._lanes.start([
             (index, partial(values.read, dev, events.counts(dev.identity.key)))
             for index, dev in devices])
@@ -170,6 +180,17 @@ class NvidiaCollector(Collector):
         assert self._stack is not None
         self._stack.settle(session, deadline)
         return readings
+
+
+def _first_gpm_window(devices: Sequence[tuple[int, NvmlDevice]], deadline: float) -> None:
+    """The first GPM sample is taken at discovery; a first scrape that comes sooner than
+    100 ms after it waits for the rest of the window rather than reporting nothing."""
+    due = max((at for _, d in devices if d.gpm is not None
+               for at in (d.gpm.first_values_at(),) if at is not None), default=None)
+    if due is not None:
+        wait = min(due, deadline) - time.monotonic()
+        if 0 < wait <= MIN_WINDOW_SECONDS:
+            time.sleep(wait)
 
 
 def _xid_state(session: Session, dev: NvmlDevice) -> Availability:

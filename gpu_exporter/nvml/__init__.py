@@ -8,9 +8,17 @@ the nvidia and processes collectors.
 - `fields`: the field-values batch as a table, with per-field fallbacks.
 - `values`: one scrape of one GPU's values.
 - `processes`: one scrape of one GPU's processes and their utilization.
+- `gpm`: SM, tensor-pipe and DRAM activity through GPM (Hopper and newer), per GPU and
+  MIG GPU instance, one sample kept per target between scrapes.
 - `events`: the XID event listener.
 - `lanes`: per-GPU calls in lanes, so that one hung or lost GPU costs only itself.
 - `stack`: one NVML session for the process: init, discovery, retries, features.
 
 Readers here return records in base units; only collectors know Prometheus.
 """
+
+# The collectors package first, whichever module of this one is imported first: these
+# modules use collectors.base, and importing it runs the collectors package, whose nvidia
+# collector imports these modules; entered here first, that cycle would find them half
+# initialised.
+import gpu_exporter.collectors  # noqa: F401

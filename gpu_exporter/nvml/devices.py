@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,7 @@ from gpu_exporter.nvml.calls import (
 )
 from gpu_exporter.nvml.events import XidListener
 from gpu_exporter.nvml.fields import FieldPlan
+from gpu_exporter.nvml.gpm import GPM, GpmDevice
 from gpu_exporter.readers.pci import normalize_pci_address
 from gpu_exporter.records import GpuIdentity, PcieLink
 from gpu_exporter.settings import Settings
@@ -58,6 +60,8 @@ class NvmlDevice:
     nvlink: Availability | None = None
     pcie_max: PcieLink | None = None
     pci_functions: tuple[Path, ...] = ()
+    # SM/tensor/DRAM activity of the GPU and its MIG GPU instances; None with GPM off.
+    gpm: GpmDevice | None = field(default=None, compare=False, repr=False)
 
 
 class IdentityUnreadable(Exception):
@@ -71,9 +75,10 @@ class IdentityUnreadable(Exception):
 
 def discover(index: int, version: str | None, events: XidListener | None,
              seen: MutableMapping[int, str], settings: Settings | None = None) -> NvmlDevice:
-    """Identity of GPU `index` with its MIG devices and capabilities. Its PCI address
-    goes into `seen` as soon as it is read, for the GPU's `hw_gpu_up 0` should a later
-    call hang or fail. Raises IdentityUnreadable, NvmlGone."""
+    """Identity of GPU `index` with its MIG devices and capabilities, and (GPM on) its
+    first GPM samples. Its PCI address goes into `seen` as soon as it is read, for the
+    GPU's `hw_gpu_up 0` should a later call hang or fail. Raises IdentityUnreadable,
+    NvmlGone."""
     try:
         return _discover(index, version, events, seen, settings or Settings())
     except pynvml.NVMLError as exc:
@@ -112,17 +117,23 @@ def _discover(index: int, version: str | None, events: XidListener | None,
         serial_number=str(serial) if serial else None,
     )
     plan = FieldPlan()
+    migs = _migs(handle, identity)
+    activity = None
     try:
         # One read of the fields settles which come from the batch, which from their
         # own function and which from nowhere (the ECC state depends on it).
         found = fields.read(Calls(identity.key), handle, plan)
+        if settings.get(GPM):  # the first sample now, so that the first scrape has values
+            activity = GpmDevice(handle, identity.key, [
+                (m.identity.key, m.instance[0] if m.instance else None) for m in migs])
+            activity.start(time.monotonic)
     except DeviceLost as exc:
         raise IdentityUnreadable(index, str(exc), lost=True) from None
     links = int(found.get(nvlink.LINK_COUNT, 0))
     per_link = settings.get(nvlink.PER_LINK)
     plan.add(nvlink.rows(links, per_link))
     return NvmlDevice(
-        identity, handle, index, int(num_fans), _migs(handle, identity),
+        identity, handle, index, int(num_fans), migs,
         ecc=_ecc(handle),
         xid=events.register(handle, identity.key) if events is not None else None,
         process_utilization=_process_utilization(handle),
@@ -132,6 +143,7 @@ def _discover(index: int, version: str | None, events: XidListener | None,
                                    plan.absent.get(nvlink.LINK_COUNT), per_link),
         pcie_max=pcie.maxima(handle),
         pci_functions=pcie.card_functions(settings.sysfs, address),
+        gpm=activity,
     )
 
 

@@ -184,6 +184,9 @@ class NvmlStack:
         session, self.current = self.current, None
         if session is not None:
             session.events.stop()
+            for dev in session.devices.values():
+                if dev.gpm is not None:
+                    dev.gpm.close()
             _shutdown()
         self._jobs.clear()
 

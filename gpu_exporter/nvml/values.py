@@ -3,6 +3,7 @@ NVML's own units (mW, mJ, MHz, percent) stop here."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -12,7 +13,14 @@ import pynvml
 from gpu_exporter.nvml import fields, nvlink, pcie
 from gpu_exporter.nvml.calls import Calls, DeviceLost, Versions, by_name
 from gpu_exporter.nvml.devices import NvmlDevice
-from gpu_exporter.records import ErrorType, GpuReading, GpuTask, HealthState, PcieLink
+from gpu_exporter.records import (
+    ErrorType,
+    GpmReading,
+    GpuReading,
+    GpuTask,
+    HealthState,
+    PcieLink,
+)
 
 # nvmlClocksEventReason* bits, named as the metric's `reason` label.
 CLOCK_EVENT_REASONS: Mapping[str, int] = {
@@ -73,7 +81,10 @@ def read(dev: NvmlDevice, xids: Mapping[int, int] | None = None) -> DeviceResult
     counts for this device (None when it does not listen to it). Raises NvmlGone."""
     call = Calls(dev.identity.key)
     try:
-        reading = _read_physical(call, dev, xids)
+        gpm = dev.gpm.read(time.monotonic, call.failures) if dev.gpm is not None else ()
+        own = {s.device: s.reading for s in gpm if s.gpu_instance_id is None}
+        reading = _read_physical(call, dev, xids, own.get(dev.identity.key), {
+            s.gpu_instance_id: s.reading for s in gpm if s.gpu_instance_id is not None})
     except DeviceLost as exc:
         call.failures.append((f"{dev.identity.key}:lost",
                               f"GPU {dev.identity.key} is lost: {exc}"))
@@ -84,7 +95,8 @@ def read(dev: NvmlDevice, xids: Mapping[int, int] | None = None) -> DeviceResult
         try:
             used, total = memory(mig_call, mig.handle)
             readings.append(GpuReading(mig.identity, up=True, memory_usage_bytes=used,
-                                       memory_limit_bytes=total, state=reading.state))
+                                       memory_limit_bytes=total, state=reading.state,
+                                       gpm=own.get(mig.identity.key)))
         except DeviceLost:
             readings.append(GpuReading(mig.identity, up=False, state="failed"))
         call.failures.extend(mig_call.failures)
@@ -96,7 +108,9 @@ def down(dev: NvmlDevice, state: HealthState | None = None) -> tuple[GpuReading,
     return tuple(GpuReading(d.identity, up=False, state=state) for d in (dev, *dev.migs))
 
 
-def _read_physical(call: Calls, dev: NvmlDevice, xids: Mapping[int, int] | None) -> GpuReading:
+def _read_physical(call: Calls, dev: NvmlDevice, xids: Mapping[int, int] | None,
+                   gpm: GpmReading | None, gpm_instances: Mapping[int, GpmReading],
+                   ) -> GpuReading:
     h = dev.handle
     utilization: dict[GpuTask, float] = {}
     controller = None
@@ -165,6 +179,8 @@ def _read_physical(call: Calls, dev: NvmlDevice, xids: Mapping[int, int] | None)
         pcie_link=pcie.link(call, h, dev.pcie_max or PcieLink()),
         nvlink=(nvlink.decode(values, dev.nvlinks, dev.nvlink_per_link)
                 if dev.nvlinks else None),
+        gpm=gpm,
+        gpm_instances=gpm_instances,
     )
 
 

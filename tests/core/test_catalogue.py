@@ -15,11 +15,13 @@ from tests.helpers import REPO
 
 SPEC = REPO / "spec" / "metrics.md"
 
+_NAME = r"[a-z_][a-z0-9_]*"  # k8s_… names have a digit
 _ROW = re.compile(
-    r"^\|\s*`(?P<a>[a-z_]+)`(?:\s*/\s*`(?P<b>[a-z_]+)`)?(?P<marks>(?:\s*\*\*\w+\*\*)*)"
+    rf"^\|\s*`(?P<a>{_NAME})`(?:\s*/\s*`(?P<b>{_NAME})`)?(?P<marks>(?:\s*\*\*\w+\*\*)*)"
     r"\s*\|\s*(?P<kind>\w+)"
 )
-_LISTED = re.compile(r"`(?P<name>[a-z_]+)(?:\{[^`]*\})?`(?P<planned>\s*\(\*\*planned\*\*\))?")
+_LISTED = re.compile(
+    rf"`(?P<name>{_NAME})(?:\{{[^`]*\}})?`(?P<planned>\s*\(\*\*planned\*\*\))?")
 
 
 @dataclass(frozen=True)

@@ -832,6 +832,284 @@ nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t dev, unsigned int *id) 
     return uint_of(s, "compute_instance_id", id);
 }
 
+/* ---- GPM (GPU Performance Monitoring, Hopper and newer) ---------------------------- */
+/* As the real library does it: a sample is an opaque buffer the caller allocates; a
+ * sample read copies the GPU's (or one GPU instance's) cumulative activity counters into
+ * it; nvmlGpmMetricsGet turns two samples of the same target into percentages over the
+ * time between them, with a return code per metric.
+ *
+ * Scenario: `gpm_supported 1` on a device (nvmlGpmQueryDeviceSupport; absent: a GPU
+ * without GPM), `gpm <metric id> <percent>` for the whole GPU and
+ * `gpm_gi <gpu instance id> <metric id> <percent>` for a MIG GPU instance (`nan` is a
+ * value too), `gpm_error [gi] <metric id> <CODE>` for one metric's return code
+ * (`gpm_error 5 NOT_SUPPORTED`, `gpm_gi_error 3 5 UNKNOWN`). A metric with no line
+ * answers NOT_SUPPORTED in its own entry. Global `gpm_version 2`: this driver expects
+ * version 2 of the GPM structs (the bindings send 1: ARGUMENT_VERSION_MISMATCH);
+ * `gpm_metric_max 98`: the highest metric id + 1 this driver knows (default 333).
+ *
+ * Counters: per target (a GPU, or a GPU instance of it) and metric, activity in
+ * hundredths of a percent times nanoseconds, integrated at each sample read with the
+ * percentage the scenario gives then. Integers, so a constant percentage comes back
+ * exactly over any window. */
+#define GPM_MAGIC 0x47504d53u
+#define GPM_IDS 64          /* metric ids a counter is kept for (1..63) */
+#define GPM_TARGETS 17      /* the whole GPU, then GPU instances 0..15 */
+#define GPM_DEFAULT_MAX 333 /* NVML_GPM_METRIC_MAX of the nvml.h this fake follows */
+#define NVML_ERROR_ARGUMENT_VERSION_MISMATCH 25
+
+typedef struct nvmlGpmSample_st {
+    unsigned int magic;
+    int taken;
+    int dev, target;                   /* target 0: the GPU; 1 + gi: a GPU instance */
+    unsigned long long ns;             /* CLOCK_MONOTONIC when read */
+    unsigned long long acc[GPM_IDS];   /* cumulative counters at that time */
+    unsigned char nan[GPM_IDS];        /* the scenario said nan: a window ending here is NaN */
+} gpm_sample_data_t;
+
+typedef struct { struct nvmlGpmSample_st *handle; } nvmlGpmSample_t;
+typedef struct { char *shortName; char *longName; char *unit; } nvmlGpmMetricMetricInfo_t;
+typedef struct {
+    unsigned int metricId;
+    nvmlReturn_t nvmlReturn;
+    double value;
+    nvmlGpmMetricMetricInfo_t metricInfo;
+} nvmlGpmMetric_t;
+typedef struct {
+    unsigned int version;
+    unsigned int numMetrics;
+    nvmlGpmSample_t sample1;
+    nvmlGpmSample_t sample2;
+    nvmlGpmMetric_t metrics[GPM_DEFAULT_MAX];  /* the caller's array may be longer */
+} nvmlGpmMetricsGet_t;
+typedef struct { unsigned int version; unsigned int isSupportedDevice; } nvmlGpmSupport_t;
+
+static struct {
+    unsigned long long last_ns;
+    unsigned long long acc[GPM_IDS];
+} gpm_state[MAX_DEV][GPM_TARGETS];
+
+static unsigned int gpm_version(const scenario_t *sc) {
+    unsigned long long v = 1;
+    get_ull(&sc->global, "gpm_version", &v);
+    return (unsigned int)v;
+}
+
+/* The percentage the scenario gives `id` on a target now: 1 and *pct, or 0 (no line). */
+static int gpm_percent(const section_t *s, int target, unsigned int id, double *pct) {
+    for (int i = 0; i < s->n; i++) {
+        unsigned int gi, mid;
+        char v[64];
+        if (target == 0 && !strcmp(s->kv[i].key, "gpm") &&
+            sscanf(s->kv[i].val, "%u %63s", &mid, v) == 2 && mid == id) {
+            *pct = strtod(v, NULL);
+            return 1;
+        }
+        if (target > 0 && !strcmp(s->kv[i].key, "gpm_gi") &&
+            sscanf(s->kv[i].val, "%u %u %63s", &gi, &mid, v) == 3 &&
+            (int)gi + 1 == target && mid == id) {
+            *pct = strtod(v, NULL);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* `gpm_error <id> <CODE>` / `gpm_gi_error <gi> <id> <CODE>`: 0 when none. */
+static nvmlReturn_t gpm_metric_error(const section_t *s, int target, unsigned int id) {
+    for (int i = 0; i < s->n; i++) {
+        unsigned int gi, mid;
+        char code[64];
+        if (target == 0 && !strcmp(s->kv[i].key, "gpm_error") &&
+            sscanf(s->kv[i].val, "%u %63s", &mid, code) == 2 && mid == id)
+            return code_of(code);
+        if (target > 0 && !strcmp(s->kv[i].key, "gpm_gi_error") &&
+            sscanf(s->kv[i].val, "%u %u %63s", &gi, &mid, code) == 3 &&
+            (int)gi + 1 == target && mid == id)
+            return code_of(code);
+    }
+    return NVML_SUCCESS;
+}
+
+static int gpm_supported(const section_t *parent) {
+    unsigned long long v = 0;
+    return get_ull(parent, "gpm_supported", &v) && v;
+}
+
+/* A GPU instance exists when a MIG device lives in it or the scenario gives it values. */
+static int gpm_gi_exists(const scenario_t *sc, int dev, unsigned int gi) {
+    const section_t *s = &sc->dev[dev];
+    for (int m = 0; m < MAX_MIG; m++) {
+        unsigned long long id;
+        if (sc->has_mig[dev][m] && get_ull(&sc->mig[dev][m], "gpu_instance_id", &id) &&
+            id == gi)
+            return 1;
+    }
+    for (int i = 0; i < s->n; i++) {
+        unsigned int g;
+        if ((!strcmp(s->kv[i].key, "gpm_gi") || !strcmp(s->kv[i].key, "gpm_gi_error")) &&
+            sscanf(s->kv[i].val, "%u", &g) == 1 && g == gi)
+            return 1;
+    }
+    return 0;
+}
+
+static unsigned long long monotonic_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (unsigned long long)ts.tv_sec * 1000000000ULL + (unsigned long long)ts.tv_nsec;
+}
+
+/* The percentages the scenario gives a target now, one pass over its lines: pct[id] set
+ * where have[id]. */
+static void gpm_percents(const section_t *s, int target, double *pct, unsigned char *have) {
+    memset(have, 0, GPM_IDS);
+    for (int i = 0; i < s->n; i++) {
+        unsigned int gi, id;
+        char v[64];
+        if (target == 0 && !strcmp(s->kv[i].key, "gpm")) {
+            if (sscanf(s->kv[i].val, "%u %63s", &id, v) != 2) continue;
+        } else if (target > 0 && !strcmp(s->kv[i].key, "gpm_gi")) {
+            if (sscanf(s->kv[i].val, "%u %u %63s", &gi, &id, v) != 3 || (int)gi + 1 != target)
+                continue;
+        } else {
+            continue;
+        }
+        if (id == 0 || id >= GPM_IDS || have[id]) continue;  /* the first line wins */
+        pct[id] = strtod(v, NULL);
+        have[id] = 1;
+    }
+}
+
+/* Integrates the target's counters up to now and copies them into the sample. */
+static void gpm_read(const section_t *parent, int dev, int target, gpm_sample_data_t *out) {
+    double pct[GPM_IDS];
+    unsigned char have[GPM_IDS];
+    gpm_percents(parent, target, pct, have);
+    pthread_mutex_lock(&lock);
+    unsigned long long now = monotonic_ns();
+    unsigned long long dt = gpm_state[dev][target].last_ns ? now - gpm_state[dev][target].last_ns
+                                                           : 0;
+    gpm_state[dev][target].last_ns = now;
+    for (unsigned int id = 1; id < GPM_IDS; id++) {
+        out->nan[id] = 0;
+        if (have[id]) {
+            if (__builtin_isnan(pct[id])) out->nan[id] = 1;
+            else gpm_state[dev][target].acc[id] +=
+                (unsigned long long)(pct[id] * 100.0 + 0.5) * dt;
+        }
+        out->acc[id] = gpm_state[dev][target].acc[id];
+    }
+    pthread_mutex_unlock(&lock);
+    out->ns = now;
+    out->dev = dev;
+    out->target = target;
+    out->taken = 1;
+}
+
+nvmlReturn_t nvmlGpmSampleAlloc(nvmlGpmSample_t *sample) {
+    scenario_t *sc;
+    nvmlReturn_t r = enter(&sc);
+    if (r) return r;
+    if (!sample) return NVML_ERROR_INVALID_ARGUMENT;
+    sample->handle = calloc(1, sizeof *sample->handle);
+    if (!sample->handle) return 20; /* NVML_ERROR_MEMORY */
+    sample->handle->magic = GPM_MAGIC;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlGpmSampleFree(nvmlGpmSample_t sample) {
+    if (!sample.handle || sample.handle->magic != GPM_MAGIC)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    sample.handle->magic = 0;
+    free(sample.handle);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlGpmQueryDeviceSupport(nvmlDevice_t dev, nvmlGpmSupport_t *support) {
+    DEVICE("nvmlGpmQueryDeviceSupport");
+    if (!support) return NVML_ERROR_INVALID_ARGUMENT;
+    scenario_t *sc = scenario();
+    if (!sc) return NVML_ERROR_DRIVER_NOT_LOADED;
+    if (support->version != gpm_version(sc)) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    support->isSupportedDevice = (unsigned int)gpm_supported(dev->mig ? &sc->dev[dev->dev] : s);
+    return NVML_SUCCESS;
+}
+
+/* A MIG device handle samples its GPU instance, as the real library allows. */
+nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t dev, nvmlGpmSample_t sample) {
+    DEVICE("nvmlGpmSampleGet");
+    scenario_t *sc = scenario();
+    if (!sc) return NVML_ERROR_DRIVER_NOT_LOADED;
+    if (!sample.handle || sample.handle->magic != GPM_MAGIC) return NVML_ERROR_INVALID_ARGUMENT;
+    const section_t *parent = &sc->dev[dev->dev];
+    if (!gpm_supported(parent)) return NVML_ERROR_NOT_SUPPORTED;
+    int target = 0;
+    if (dev->mig) {
+        unsigned long long gi;
+        if (!get_ull(s, "gpu_instance_id", &gi) || gi >= GPM_TARGETS - 1)
+            return NVML_ERROR_NOT_SUPPORTED;
+        target = (int)gi + 1;
+    }
+    gpm_read(parent, (int)dev->dev, target, sample.handle);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlGpmMigSampleGet(nvmlDevice_t dev, unsigned int gpu_instance_id,
+                                 nvmlGpmSample_t sample) {
+    DEVICE("nvmlGpmMigSampleGet");
+    scenario_t *sc = scenario();
+    if (!sc) return NVML_ERROR_DRIVER_NOT_LOADED;
+    if (dev->mig) return NVML_ERROR_INVALID_ARGUMENT;  /* takes the parent GPU */
+    if (!sample.handle || sample.handle->magic != GPM_MAGIC) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!gpm_supported(s)) return NVML_ERROR_NOT_SUPPORTED;
+    unsigned long long mode = 0;
+    if (!get_ull(s, "mig_mode", &mode) || !mode) return NVML_ERROR_NOT_SUPPORTED;
+    if (gpu_instance_id >= GPM_TARGETS - 1 || !gpm_gi_exists(sc, (int)dev->dev, gpu_instance_id))
+        return NVML_ERROR_NOT_FOUND;
+    gpm_read(s, (int)dev->dev, (int)gpu_instance_id + 1, sample.handle);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *mg) {
+    scenario_t *sc;
+    nvmlReturn_t r = enter(&sc);
+    if (r) return r;
+    if (!mg) return NVML_ERROR_INVALID_ARGUMENT;
+    if (mg->version != gpm_version(sc)) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    const gpm_sample_data_t *a = mg->sample1.handle, *b = mg->sample2.handle;
+    if (!a || !b || a->magic != GPM_MAGIC || b->magic != GPM_MAGIC || !a->taken ||
+        !b->taken || a->dev != b->dev || a->target != b->target)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned long long max = GPM_DEFAULT_MAX;
+    get_ull(&sc->global, "gpm_metric_max", &max);
+    if (mg->numMetrics > max) return NVML_ERROR_INVALID_ARGUMENT;
+    if (a->dev >= sc->ndev) return NVML_ERROR_GPU_IS_LOST;
+    const section_t *parent = &sc->dev[a->dev];
+    if ((r = inject(parent, "nvmlGpmMetricsGet"))) return r;
+    for (unsigned int i = 0; i < mg->numMetrics; i++) {
+        nvmlGpmMetric_t *m = &mg->metrics[i];
+        unsigned int id = m->metricId;
+        double pct;
+        m->value = 0;
+        m->metricInfo.shortName = m->metricInfo.longName = m->metricInfo.unit = NULL;
+        if (id == 0 || id >= max) { m->nvmlReturn = NVML_ERROR_INVALID_ARGUMENT; continue; }
+        if ((m->nvmlReturn = gpm_metric_error(parent, a->target, id))) continue;
+        if (id >= GPM_IDS || !gpm_percent(parent, a->target, id, &pct)) {
+            m->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+            continue;
+        }
+        m->nvmlReturn = NVML_SUCCESS;
+        if (b->nan[id] || b->ns <= a->ns) {
+            m->value = __builtin_nan("");  /* no time between the samples: 0/0 */
+            continue;
+        }
+        /* integer deltas: exact (as doubles) for windows up to 15 minutes */
+        unsigned long long active = b->acc[id] - a->acc[id], elapsed = b->ns - a->ns;
+        m->value = (double)active / (double)elapsed / 100.0;
+    }
+    return NVML_SUCCESS;
+}
+
 /* ---- processes -------------------------------------------------------------------- */
 /* `process <compute|graphics> <pid> <used_bytes|-> [gpu_instance_id compute_instance_id]` */
 static nvmlReturn_t processes(const section_t *s, const char *kind, unsigned int *count,

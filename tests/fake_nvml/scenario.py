@@ -35,6 +35,27 @@ REASON_DISPLAY_CLOCK = 0x100
 GIB = 1024**3
 MIB = 1024**2
 
+# NVML GPM metric ids (nvml.h nvmlGpmMetricId_t): what `Device.gpm` is keyed by.
+GPM_GRAPHICS_UTIL = 1
+GPM_SM_UTIL = 2
+GPM_SM_OCCUPANCY = 3
+GPM_INTEGER_UTIL = 4
+GPM_ANY_TENSOR_UTIL = 5
+GPM_DFMA_TENSOR_UTIL = 6
+GPM_HMMA_TENSOR_UTIL = 7
+GPM_DMMA_TENSOR_UTIL = 8
+GPM_IMMA_TENSOR_UTIL = 9
+GPM_DRAM_BW_UTIL = 10
+GPM_FP64_UTIL = 11
+GPM_FP32_UTIL = 12
+GPM_FP16_UTIL = 13
+# What the fake answers nvmlGpm*: hide these (fake.build(omit=GPM_FUNCTIONS)) for a
+# driver older than GPM.
+GPM_FUNCTIONS = (
+    "nvmlGpmSampleAlloc", "nvmlGpmSampleFree", "nvmlGpmSampleGet", "nvmlGpmMigSampleGet",
+    "nvmlGpmMetricsGet", "nvmlGpmQueryDeviceSupport",
+)
+
 
 @dataclass
 class Mig:
@@ -95,6 +116,13 @@ class Device:
     )
     migs: list[Mig] = field(default_factory=list)
     nvlinks: list[NvLink] = field(default_factory=list)  # none: a GPU without NVLink
+    # GPM (values["gpm_supported"] = 1 turns it on): percent by metric id, for the whole
+    # GPU and per MIG GPU instance id; a float or "nan"; a metric left out answers
+    # NOT_SUPPORTED in its own entry, an entry of gpm_errors answers that CODE.
+    gpm: dict[int, float | str] = field(default_factory=dict)
+    gpm_errors: dict[int, str] = field(default_factory=dict)
+    gpu_instance_gpm: dict[int, dict[int, float | str]] = field(default_factory=dict)
+    gpu_instance_gpm_errors: dict[tuple[int, int], str] = field(default_factory=dict)
 
 
 @dataclass
@@ -105,6 +133,8 @@ class Scenario:
     cuda_driver_version: int | None = 12040
     init_error: str | None = None  # e.g. DRIVER_NOT_LOADED, NO_PERMISSION
     call_delay_us: int = 0
+    gpm_version: int | None = None  # GPM struct version the driver expects (default 1)
+    gpm_metric_max: int | None = None  # highest GPM metric id + 1 it knows (default 333)
     path: Path | None = None
 
     def render(self) -> str:
@@ -115,6 +145,8 @@ class Scenario:
             ("cuda_driver_version", self.cuda_driver_version),
             ("init_error", self.init_error),
             ("call_delay_us", self.call_delay_us or None),
+            ("gpm_version", self.gpm_version),
+            ("gpm_metric_max", self.gpm_metric_max),
         ):
             if val is not None:
                 out.append(f"{key} {val}")
@@ -186,6 +218,15 @@ def _device_lines(d: Device) -> Iterable[str]:
         yield f"  process_util {pid} {ts} {sm} {mem} {enc} {dec}"
     for link in d.nvlinks:
         yield f"  {link.line()}"
+    for mid, pct in d.gpm.items():
+        yield f"  gpm {mid} {pct}"
+    for mid, code in d.gpm_errors.items():
+        yield f"  gpm_error {mid} {code}"
+    for gi, metrics in d.gpu_instance_gpm.items():
+        for mid, pct in metrics.items():
+            yield f"  gpm_gi {gi} {mid} {pct}"
+    for (gi, mid), code in d.gpu_instance_gpm_errors.items():
+        yield f"  gpm_gi_error {gi} {mid} {code}"
 
 
 # ---- ready-made scenarios ---------------------------------------------------------------
@@ -243,11 +284,23 @@ def h100(i: int) -> Device:
             "pcie_correctable_errors": i,
             "pcie_nonfatal_errors": 0,
             "pcie_fatal_errors": 0,
+            "gpm_supported": 1,
         },
         nvlinks=[NvLink("active", (i + 1) * 10**6 + link, 2 * (i + 1) * 10**6 + link,
                         replay=i if link == 3 else 0)
                  for link in range(H100_NVLINKS)],
+        gpm=h100_gpm(i),
     )
+
+
+def h100_gpm(i: int) -> dict[int, float | str]:
+    """GPM percentages of a busy H100 (a half-precision training step), distinct per GPU."""
+    return {
+        GPM_GRAPHICS_UTIL: 85 + i, GPM_SM_UTIL: 60 + i, GPM_SM_OCCUPANCY: 30 + i,
+        GPM_INTEGER_UTIL: 10 + i, GPM_ANY_TENSOR_UTIL: 40 + i, GPM_DFMA_TENSOR_UTIL: 0,
+        GPM_HMMA_TENSOR_UTIL: 35 + i, GPM_DMMA_TENSOR_UTIL: 0.5, GPM_IMMA_TENSOR_UTIL: 4.25,
+        GPM_DRAM_BW_UTIL: 50 + i, GPM_FP64_UTIL: 2, GPM_FP32_UTIL: 20 + i, GPM_FP16_UTIL: 5,
+    }
 
 
 def h100x8() -> Scenario:
@@ -343,6 +396,36 @@ def mig_a100() -> Scenario:
             gpu_instance_id=gi,
             compute_instance_id=0,
             values={"memory_total": gib * GIB, "memory_used": (slot + 1) * GIB},
+        ))
+    return Scenario(devices=[parent])
+
+
+def mig_h100() -> Scenario:
+    """An H100 with MIG on and GPM: GPU instance 1 (3g.40gb) with one compute instance,
+    GPU instance 2 (2g.20gb) split into two compute instances (1c.2g.20gb each), and GPU
+    instance 5 with no compute instance at all (so no MIG device)."""
+    parent = h100(0)
+    parent.uuid = "GPU-h100a100-0000-1111-2222-333344445555"
+    parent.values["mig_mode"] = 1
+    for key in ("util_gpu", "util_memory", "util_encoder", "util_decoder"):
+        del parent.values[key]  # NVML reports no utilization for a GPU in MIG mode
+    parent.gpu_instance_gpm = {
+        1: {GPM_GRAPHICS_UTIL: 70, GPM_SM_UTIL: 55, GPM_ANY_TENSOR_UTIL: 25,
+            GPM_DRAM_BW_UTIL: 33},
+        2: {GPM_GRAPHICS_UTIL: 90, GPM_SM_UTIL: 80, GPM_ANY_TENSOR_UTIL: 60,
+            GPM_DRAM_BW_UTIL: 45},
+        5: {GPM_GRAPHICS_UTIL: 10, GPM_SM_UTIL: 5},
+    }
+    for slot, (profile, gi, ci) in enumerate(
+            [("3g.40gb", 1, 0), ("1c.2g.20gb", 2, 0), ("1c.2g.20gb", 2, 1)]):
+        parent.migs.append(Mig(
+            slot=slot,
+            uuid=f"MIG-{slot:08x}-9999-bbbb-cccc-ddddeeeeff{slot:02d}",
+            name=f"{H100_NAME} MIG {profile}",
+            gpu_instance_id=gi,
+            compute_instance_id=ci,
+            values={"memory_total": 40 * GIB if gi == 1 else 20 * GIB,
+                    "memory_used": (slot + 1) * GIB},
         ))
     return Scenario(devices=[parent])
 
