@@ -12,8 +12,8 @@ _SCOPES = {
     Scope.DEVICE: ("Device families", "the device labels"),
     Scope.PROCESS: ("Per-process families", "the device labels and the process labels"),
     Scope.CUDA: ("CUDA activity (eBPF)",
-                 "the device labels when the device of the call is known (the eBPF "
-                 "collector does not know it yet: see docs/ebpf.md)"),
+                 "the device labels when the device of the call is certain (NVML is "
+                 "the judge: see docs/ebpf.md)"),
     Scope.HOST: ("Host families", ""),
     Scope.SELF: ("Exporter self-metrics", ""),
 }

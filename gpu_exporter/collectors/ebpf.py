@@ -6,18 +6,30 @@ from __future__ import annotations
 import logging
 import os
 import platform
+from collections import defaultdict
 from collections.abc import Sequence
+from functools import partial
 from typing import Any, ClassVar, TypeVar
 
 from gpu_exporter import catalogue as c
 from gpu_exporter import flagtypes
 from gpu_exporter.collectors.base import Availability, Collector, CollectorFault, Feature, Sink
 from gpu_exporter.ebpf.attach import MECHANISMS
-from gpu_exporter.ebpf.reading import CallHistogram, CudaActivity
+from gpu_exporter.ebpf.reading import CallHistogram, CudaActivity, NvmlView
 from gpu_exporter.family import Buckets
+from gpu_exporter.nvml import processes as nvml_processes
+from gpu_exporter.nvml import stack as nvml_stack
+from gpu_exporter.nvml.calls import NvmlUnavailable
+from gpu_exporter.nvml.lanes import Lanes
+from gpu_exporter.nvml.stack import StackBusy
 from gpu_exporter.settings import Option
 
 log = logging.getLogger("gpu_exporter.collectors.ebpf")
+
+_NVML_MARGIN_SECONDS = 0.1  # of the scrape deadline, left for the rest of collect()
+# Process lists only: utilization samples are the processes collector's (reading them
+# here would take its samples away).
+_NO_SAMPLES = nvml_processes.UtilizationState(Availability.disabled())
 
 # Capability bits (linux/capability.h).
 CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF = 21, 38, 39
@@ -82,6 +94,9 @@ class EbpfCollector(Collector):
                                                 ATTACH_MECHANISM)
 
     _engine: Any = None
+    _nvml: nvml_stack.NvmlStack | None = None
+    _lanes: Lanes[int, nvml_processes.DeviceProcesses]
+    _nvml_problem: NvmlUnavailable | StackBusy | None = None
 
     def start(self) -> Availability:
         if self._engine is not None:
@@ -115,6 +130,10 @@ class EbpfCollector(Collector):
         except LoadError as exc:
             raise CollectorFault(str(exc)) from exc
         self._engine = engine
+        # The device of each call is judged by NVML's process lists (the exporter's one
+        # NVML stack, shared with the nvidia and processes collectors).
+        self._nvml = nvml_stack.attach(self.settings)
+        self._lanes = Lanes("ebpf-nvml")
         return Availability.enabled()
 
     def _check(self, bcc: Any) -> Availability:
@@ -151,12 +170,19 @@ class EbpfCollector(Collector):
                         "calls made before it are not seen",
                         "mount tracefs and run with the syscalls tracepoints "
                         "(CONFIG_FTRACE_SYSCALLS)"))
-        return (Feature("fast_detach", detach), Feature("exec_tracking", tracking))
+        problem = self._nvml_problem
+        devices = (Availability.enabled("NVML's process lists tell each call's GPU")
+                   if problem is None else Availability.unavailable(
+                       f"{problem}: the CUDA families carry no device labels",
+                       problem.fix if isinstance(problem, NvmlUnavailable) else
+                       "see the nvidia collector's state: NVML is slow to start"))
+        return (Feature("fast_detach", detach), Feature("exec_tracking", tracking),
+                Feature("device_labels", devices))
 
     def collect(self, sink: Sink) -> None:
         if self._engine is None:
             return
-        a: CudaActivity = self._engine.read()
+        a: CudaActivity = self._engine.read(self._nvml_view(sink))
         launches = c.GPU_KERNEL_LAUNCH_CALLS
         for launch in a.launches:  # thousands of series: no helper call per launch
             labels: c.LaunchLabels = {
@@ -164,42 +190,73 @@ class EbpfCollector(Collector):
                 "process_executable_name": launch.executable, "cuda_api": launch.api}
             if launch.pid is not None:
                 labels["process_pid"] = str(launch.pid)
-            launches.emit(sink, launch.count, labels)
+            launches.emit(sink, launch.count, labels, launch.device)
         for h in a.grid_size:
             grid: c.ExecutableLabels = {"process_executable_name": h.key.executable}
-            c.GPU_KERNEL_GRID_SIZE.emit(sink, *_hist(h), _pid(grid, h.key.pid))
+            c.GPU_KERNEL_GRID_SIZE.emit(sink, *_hist(h), _pid(grid, h.key.pid), h.key.device)
         for h in a.block_size:
             block: c.ExecutableLabels = {"process_executable_name": h.key.executable}
-            c.GPU_KERNEL_BLOCK_SIZE.emit(sink, *_hist(h), _pid(block, h.key.pid))
+            c.GPU_KERNEL_BLOCK_SIZE.emit(sink, *_hist(h), _pid(block, h.key.pid), h.key.device)
         for h in a.kernel_duration_seconds:
             duration: c.KernelDurationLabels = {
                 "cuda_kernel_name": h.key.kernel_name, "gpu_measurement_source": "ebpf_model"}
-            c.GPU_KERNEL_DURATION.emit(sink, *_hist(h), _pid(duration, h.key.pid))
+            c.GPU_KERNEL_DURATION.emit(sink, *_hist(h), _pid(duration, h.key.pid), h.key.device)
         for h in a.copies_bytes:
             copy: c.CopyLabels = {"cuda_memcpy_kind": h.key.memcpy_kind,
                                   "process_executable_name": h.key.executable}
-            c.GPU_MEMORY_COPIES.emit(sink, *_hist(h), _pid(copy, h.key.pid))
+            c.GPU_MEMORY_COPIES.emit(sink, *_hist(h), _pid(copy, h.key.pid), h.key.device)
         for h in a.allocations_bytes:
             alloc: c.AllocationLabels = {"process_executable_name": h.key.executable,
                                          "cuda_api": h.key.api}
-            c.GPU_MEMORY_ALLOCATIONS.emit(sink, *_hist(h), _pid(alloc, h.key.pid))
+            c.GPU_MEMORY_ALLOCATIONS.emit(sink, *_hist(h), _pid(alloc, h.key.pid), h.key.device)
         for h in a.sync_duration_seconds:
             sync: c.SyncLabels = {"cuda_sync_call": h.key.sync_call}
-            c.GPU_SYNC_DURATION.emit(sink, *_hist(h), _pid(sync, h.key.pid))
+            c.GPU_SYNC_DURATION.emit(sink, *_hist(h), _pid(sync, h.key.pid), h.key.device)
         for e in a.errors:
             error: c.CudaErrorLabels = {"cuda_call": e.key.call, "error_type": e.key.error_type,
                                         "process_executable_name": e.key.executable}
-            c.GPU_CUDA_ERRORS.emit(sink, e.count, _pid(error, e.key.pid))
+            c.GPU_CUDA_ERRORS.emit(sink, e.count, _pid(error, e.key.pid), e.key.device)
         for reason, n in sorted(a.dropped.items()):
             c.EBPF_EVENTS_DROPPED.emit(sink, n, {"reason": reason})
         for library in a.attached_libraries:
             c.EBPF_ATTACHED_LIBRARIES.emit(sink, 1, {"library": library})
         c.EBPF_KERNEL_NAMES_OVERFLOW.emit(sink, a.kernel_names_overflow, {})
 
+    def _nvml_view(self, sink: Sink) -> NvmlView | None:
+        """NVML's process lists this scrape, read through the exporter's one NVML stack
+        (in its lanes: a GPU whose call hangs costs only itself); None without NVML or
+        when a list could not be read whole (no device is judged this scrape then)."""
+        if self._nvml is None:
+            return None
+        try:
+            session = self._nvml.session(sink.deadline - _NVML_MARGIN_SECONDS)
+        except (NvmlUnavailable, StackBusy) as exc:
+            self._nvml_problem = exc
+            return None
+        self._nvml_problem = None
+        jobs = [(index, partial(nvml_processes.read, dev, _NO_SAMPLES))
+                for index, dev in sorted(session.devices.items())]
+        results = self._lanes.start(jobs).finish(sink.deadline - _NVML_MARGIN_SECONDS)
+        devices_of: dict[int, set[str]] = defaultdict(set)
+        complete = len(results) == len(jobs)
+        for result, error in results.values():
+            if result is None or error is not None or not result.complete:
+                complete = False
+                continue
+            for p in result.processes:
+                devices_of[p.pid].add(p.device)
+        by_pci = {d.identity.pci_address: d.identity.key for d in session.devices.values()
+                  if d.identity.pci_address}
+        return NvmlView({pid: frozenset(d) for pid, d in devices_of.items()}, complete, by_pci)
+
     def close(self) -> None:
         if self._engine is not None:
             self._engine.close()
             self._engine = None
+        if self._nvml is not None:
+            self._lanes.close()
+            nvml_stack.detach(self._nvml)
+            self._nvml = None
 
 
 

@@ -80,6 +80,11 @@ MEM_NAMES: Final = {MEM_DEVICE: "device", MEM_MANAGED: "managed", MEM_HOST: "hos
 # The device a call was made on (struct skey.dev): the calling thread's current device
 # ordinal + 1, or this when it never chose one.
 DEV_NONE: Final = 0
+DEV_UNKNOWN: Final = 0xFF  # a context the probes did not see made
+DEV_ORDINAL_MAX: Final = 0xFD  # ordinals above are kept as unknown
+CONTEXTS_MAX: Final = 4096  # CUDA contexts whose device is known (per process and handle)
+CTX_STACK: Final = 4  # pushed contexts remembered per thread
+CTX_DEV_PARAM_RETAIN: Final = 2  # cuDevicePrimaryCtxRetain's device: the 2nd parameter
 
 OP_LAUNCH: Final = 1
 OP_COPY: Final = 2
@@ -89,11 +94,19 @@ OP_GET_KERNEL: Final = 5
 OP_GET_FUNCTION: Final = 6
 OP_KERNEL_FUNCTION: Final = 7
 OP_GRAPH_LAUNCH: Final = 8
+OP_SET_DEVICE: Final = 9  # cudaSetDevice
+OP_CTX_SET: Final = 10  # cuCtxSetCurrent / cuCtxPushCurrent (arg 1: a push)
+OP_CTX_POP: Final = 11
+OP_CTX_MADE: Final = 12  # cuDevicePrimaryCtxRetain / cuCtxCreate (arg 1: made current)
+OP_DEVICE_UUID: Final = 13  # the UUID of a device ordinal, as the process asked for it
+OP_DEVICE_PCI: Final = 14  # its PCI bus id
 
 EV_NEW_KEY: Final = 1
 EV_HANDLE_NAME: Final = 2  # id = CUfunction/CUkernel, name = its (mangled) name
 EV_HANDLE_ALIAS: Final = 3  # id = CUfunction, target = the CUkernel it came from
 EV_KERNEL_HOST: Final = 4  # id = cudaKernel_t, target = the host function it stands for
+EV_DEVICE_UUID: Final = 7  # id = a device ordinal of the process, name = its 16-byte UUID
+EV_DEVICE_PCI: Final = 8  # id = a device ordinal of the process, name = its PCI bus id
 # On the `procs` ring buffer (struct pevent: type, tgid): a process exec'd, or mapped a
 # file executable (the dynamic loader loading a library, dlopen).
 EV_EXEC: Final = 5
@@ -139,6 +152,8 @@ CULCFG_GRID_OFF: Final = 0
 CULCFG_BLOCK_OFF: Final = 12
 CULCFG_SMEM_OFF: Final = 24
 CULCFG_STREAM_OFF: Final = 32
+# struct cudaDeviceProp { char name[256]; cudaUUID_t uuid; ... }
+DEVICE_PROP_UUID_OFF: Final = 256
 
 
 def defines() -> list[str]:
@@ -208,6 +223,10 @@ RUNTIME_PROBES: Final[tuple[Probe, ...]] = (
     *_rt("cudaMallocManaged", "alloc", MEM_MANAGED),
     *_rt("cudaMemcpy", "copy", MEMCPY_FROM_ARGS, PTDS),
     *_rt("cudaMemcpyAsync", "copy", MEMCPY_FROM_ARGS, PTSZ),
+    *_rt("cudaSetDevice", "set_device"),
+    *_rt("cudaGetDeviceProperties", "device_uuid", 1),
+    Probe("cudaGetDeviceProperties_v2", "device_uuid", 1, since="12.0"),
+    *_rt("cudaDeviceGetPCIBusId", "device_pci"),
     *_rt("cudaStreamSynchronize", "sync", SYNC_CUDA_STREAM, PTSZ),
     *_rt("cudaDeviceSynchronize", "sync", SYNC_CUDA_DEVICE),
     *_rt("cudaEventSynchronize", "sync", SYNC_CUDA_EVENT),
@@ -227,6 +246,14 @@ DRIVER_PROBES: Final[tuple[Probe, ...]] = (
     *_drv("cuMemcpyDtoD_v2", "copy", MEMCPY_DEVICE_TO_DEVICE, PTDS),
     *_drv("cuMemcpyDtoDAsync_v2", "copy", MEMCPY_DEVICE_TO_DEVICE, PTSZ),
     *_drv("cuMemAlloc_v2", "alloc", MEM_DEVICE),
+    *_drv("cuCtxSetCurrent", "ctx_set"),
+    *_drv("cuCtxPushCurrent_v2", "ctx_set", 1),
+    *_drv("cuCtxPopCurrent_v2", "ctx_pop"),
+    *_drv("cuDevicePrimaryCtxRetain", "ctx_made", CTX_DEV_PARAM_RETAIN),
+    *_drv("cuCtxCreate_v2", "ctx_made", 3),
+    *_drv("cuCtxCreate_v3", "ctx_made", 5),
+    *_drv("cuDeviceGetUuid", "device_uuid", 0, "_v2"),
+    *_drv("cuDeviceGetPCIBusId", "device_pci"),
     *_drv("cuStreamSynchronize", "sync", SYNC_CU_STREAM, PTSZ),
     *_drv("cuCtxSynchronize", "sync", SYNC_CU_CTX),
     *_drv("cuEventSynchronize", "sync", SYNC_CU_EVENT),
@@ -254,6 +281,16 @@ COUNTS: Final[dict[str, str]] = {
     "rt_get_kernel": "no count: maps a CUDA 13 kernel handle to its host function (names)",
     "drv_get_function": "no count: names a `CUfunction`/`CUkernel` (kernel names)",
     "drv_kernel_function": "no count: maps a `CUfunction` to its `CUkernel` (kernel names)",
+    "set_device": "no count: the calling thread's current device (device labels)",
+    "ctx_set": "no count: the calling thread's current device is the context's (device "
+               "labels)",
+    "ctx_pop": "no count: the calling thread's current device is the context's below "
+               "(device labels)",
+    "ctx_made": "no count: the device of the context made (device labels)",
+    "device_uuid": "no count: the UUID of a device ordinal, as the process was told it "
+                   "(device labels)",
+    "device_pci": "no count: the PCI address of a device ordinal, as the process was told "
+                  "it (device labels)",
 }
 BY_SYMBOL: Final = {p.symbol: p for p in ALL_PROBES}
 ENTRY_PROGRAMS: Final = tuple(sorted({p.program for p in ALL_PROBES}))

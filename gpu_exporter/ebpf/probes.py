@@ -35,6 +35,7 @@ from gpu_exporter.ebpf.reading import (
     CallKey,
     CudaActivity,
     Launches,
+    NvmlView,
     cumulative,
 )
 from gpu_exporter.ebpf.resolve import Resolver
@@ -186,6 +187,8 @@ class Engine:
         self._detacher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ebpf-detach")
         self._to_scan: set[int] = set()
         self._retired = _Totals()
+        self._nvml: NvmlView | None = None  # for the read under way
+        self._devices: dict[tuple[int, int, int, bool], str] = {}
         self._read_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -413,37 +416,82 @@ class Engine:
             tag, n = int(launch.tag), int(launch.n)
             if tag:
                 yield (abi.FAM_LAUNCH, self._key(tgid, abi.FAM_LAUNCH, tag >> 48 & 0xFF,
-                                                 tag & (1 << 48) - 1), 0), n
+                                                 tag & (1 << 48) - 1, tag >> 56), 0), n
 
-    def _key(self, tgid: int, fam: int, sub: int, ident: int) -> CallKey:
+    def _key(self, tgid: int, fam: int, sub: int, ident: int, dev: int | None = None,
+             ) -> CallKey:
+        """What a counter of the BPF maps is reported by. `dev`: the calling thread's
+        device (struct skey.dev); None for what is kept per process (launch shapes)."""
         r = self.resolver
         pid = tgid if self.pid_label else None
+        api = sub & 0xFF if fam in (abi.FAM_LAUNCH, abi.FAM_ALLOC, abi.FAM_DURATION) else (
+            abi.API_DRIVER if fam == abi.FAM_ERROR and sub < len(abi.ALL_PROBES)
+            and abi.ALL_PROBES[sub].driver else abi.API_RUNTIME)
+        device = self._device(tgid, abi.DEV_NONE if dev is None else dev, api, dev is not None)
         if fam == abi.FAM_LAUNCH:
             return CallKey(executable=r.executable(tgid),
                            kernel_name=r.kernel_label(tgid, sub, ident),
-                           api=abi.API_NAMES.get(sub, "runtime"), pid=pid)
+                           api=abi.API_NAMES.get(sub, "runtime"), pid=pid, device=device)
         if fam in (abi.FAM_GRID, abi.FAM_BLOCK):
-            return CallKey(executable=r.executable(tgid), pid=pid)
+            return CallKey(executable=r.executable(tgid), pid=pid, device=device)
         if fam == abi.FAM_COPY:
             return CallKey(executable=r.executable(tgid),
-                           memcpy_kind=abi.MEMCPY_KIND_NAMES.get(sub, "Default"), pid=pid)
+                           memcpy_kind=abi.MEMCPY_KIND_NAMES.get(sub, "Default"), pid=pid,
+                           device=device)
         if fam == abi.FAM_ALLOC:
             return CallKey(executable=r.executable(tgid),
-                           api=abi.API_NAMES.get(sub & 0xFF, "runtime"), pid=pid)
+                           api=abi.API_NAMES.get(sub & 0xFF, "runtime"), pid=pid, device=device)
         if fam == abi.FAM_ERROR:
             probe = abi.ALL_PROBES[sub] if sub < len(abi.ALL_PROBES) else None
             names = cuda_errors.DRIVER if probe is None or probe.driver else cuda_errors.RUNTIME
             return CallKey(executable=r.executable(tgid),
                            call=probe.call if probe else str(sub),
-                           error_type=names.get(ident, str(ident)), pid=pid)
+                           error_type=names.get(ident, str(ident)), pid=pid, device=device)
         if fam == abi.FAM_SYNC:
-            return CallKey(sync_call=abi.SYNC_NAMES.get(sub, "unknown"), pid=pid)
+            return CallKey(sync_call=abi.SYNC_NAMES.get(sub, "unknown"), pid=pid, device=device)
         if fam == abi.FAM_DURATION:
-            return CallKey(kernel_name=r.kernel_label(tgid, sub, ident), pid=pid)
+            return CallKey(kernel_name=r.kernel_label(tgid, sub, ident), pid=pid, device=device)
         return CallKey(pid=pid)
 
-    def read(self) -> CudaActivity:
+    def _device(self, tgid: int, dev: int, api: int, by_ordinal: bool) -> str | None:
+        """The device (its key: GPU or MIG UUID) of calls process `tgid` made with
+        current device `dev`, by NVML's account; None when not certain. Once found it is
+        kept, so a series does not change its labels.
+
+        - A process NVML lists on exactly one device is on that device.
+        - A process on several: its thread's current device ordinal (set by
+          cudaSetDevice or a context made current; a runtime call of a thread that chose
+          none is on ordinal 0), when the process itself was told which device that
+          ordinal is (cudaGetDeviceProperties, cuDeviceGetUuid, *GetPCIBusId) and NVML
+          lists the process on it. Ordinals alone are never mapped: CUDA_VISIBLE_DEVICES
+          may have been changed at run time, a container numbers its own GPUs from 0,
+          and CUDA orders devices fastest first by default.
+        """
+        cache_key = (tgid, dev, api, by_ordinal)
+        found = self._devices.get(cache_key)
+        if found is not None or self._nvml is None:
+            return found
+        listed = self._nvml.devices_of.get(tgid)
+        if not listed:
+            return None
+        if len(listed) == 1:
+            found = next(iter(listed))
+        elif by_ordinal:
+            ordinal = (dev - 1 if abi.DEV_NONE < dev <= abi.DEV_ORDINAL_MAX + 1 else
+                       0 if dev == abi.DEV_NONE and api == abi.API_RUNTIME else None)
+            told = None if ordinal is None else self.resolver.device_id(tgid, ordinal)
+            for key in (f"GPU-{told}", f"MIG-{told}", self._nvml.by_pci.get(told or "")):
+                if key in listed:
+                    found = key
+        if found is not None:
+            self._devices[cache_key] = found
+        return found
+
+    def read(self, nvml: NvmlView | None = None) -> CudaActivity:
+        """Everything counted so far. `nvml`: NVML's processes this scrape, which the
+        device of each call is judged by (none: no device labels this scrape)."""
         with self._read_lock:
+            self._nvml = nvml if nvml is not None and nvml.complete else None
             return self._read()
 
     def _read(self) -> CudaActivity:
@@ -462,7 +510,8 @@ class Engine:
             if not alive(int(k.tgid)):
                 dead_stats.append(k)
                 continue
-            totals[(k.fam, self._key(int(k.tgid), k.fam, k.sub, k.id), k.slot)] += _int(v)
+            call = self._key(int(k.tgid), k.fam, k.sub, k.id, int(k.dev))
+            totals[(k.fam, call, k.slot)] += _int(v)
         for k, v in self._entries("shapes"):
             if not alive(_int(k)):
                 dead_shapes.append(_int(k))
@@ -489,7 +538,8 @@ class Engine:
                 continue
             tgid = int(k.tgid)
             tgids.add(tgid)
-            folded.append(((int(k.fam), self._key(tgid, k.fam, k.sub, k.id), int(k.slot)), n))
+            folded.append(((int(k.fam), self._key(tgid, k.fam, k.sub, k.id, int(k.dev)),
+                            int(k.slot)), n))
         shapes = self._bpf["shapes"]
         for tgid in dead_shapes:
             key = shapes.Key(tgid)
@@ -508,6 +558,8 @@ class Engine:
             with contextlib.suppress(KeyError):
                 del pending[pending.Key(tgid)]
             self.resolver.forget(tgid)
+        for cached in [k for k in self._devices if k[0] in tgids]:
+            del self._devices[cached]
 
     def _activity(self, totals: dict[tuple[int, CallKey, int], int]) -> CudaActivity:
         launches: dict[CallKey, int] = defaultdict(int)
@@ -529,7 +581,8 @@ class Engine:
         for key, n in sorted(launches.items()):
             if key.kernel_name == OTHER:
                 overflow += n
-            out_launches.append(Launches(key.kernel_name, key.executable, key.api, key.pid, n))
+            out_launches.append(Launches(key.kernel_name, key.executable, key.api, key.pid, n,
+                                         key.device))
 
         def family(fam: int, bounds: tuple[int, ...], scale: float = 1.0,
                    ) -> list[CallHistogram]:

@@ -38,11 +38,23 @@ struct frame {
 
 struct tstate {
     struct frame side[2];
-    u32 dev;
+    u32 dev;  // the current device: DEV_NONE (never chosen), DEV_UNKNOWN, or ordinal + 1
     // This thread's last look at its process: a launch is waiting for a synchronise.
     // A runtime launch reads its stream (from the stack: a costly read) only when not.
     u32 pending_hint;
+    u8 pushed_dev[CTX_STACK];  // the devices of the contexts pushed over, oldest first
+    u32 pushed;  // contexts pushed (cuCtxPushCurrent) and not popped
+    u32 pad;
 };
+
+// The device of each context a probed call made (cuDevicePrimaryCtxRetain, cuCtxCreate):
+// a thread that makes it current (cuCtxSetCurrent, cuCtxPushCurrent) is on that device.
+struct ctxkey {
+    u32 tgid;
+    u32 pad;
+    u64 ctx;
+};
+BPF_HASH(contexts, struct ctxkey, u32, CONTEXTS_MAX);
 
 struct pend {
     u64 ts;
@@ -325,9 +337,22 @@ static __always_inline void handle_event(u32 tgid, u32 type, u64 handle, u64 tar
     e->target = target;
     bpf_get_current_comm(&e->comm, sizeof(e->comm));
     e->name[0] = 0;
-    if (name_ptr)
+    if (type == EV_DEVICE_UUID)  // 16 bytes, not a string
+        bpf_probe_read_user(&e->name, 16, (void *)name_ptr);
+    else if (name_ptr)
         bpf_probe_read_user_str(&e->name, sizeof(e->name), (void *)name_ptr);
     events.ringbuf_submit(e, 0);
+}
+
+static __always_inline u32 dev_of(u64 ordinal) {
+    return ordinal <= DEV_ORDINAL_MAX ? (u32)ordinal + 1 : DEV_UNKNOWN;
+}
+
+static __always_inline void push_dev(struct tstate *t) {
+    u32 n = t->pushed;
+    if (n < CTX_STACK)
+        t->pushed_dev[n & (CTX_STACK - 1)] = (u8)t->dev;
+    t->pushed = n + 1;
 }
 
 static __always_inline u64 read_u64(u64 addr) {
@@ -380,10 +405,64 @@ static __always_inline void finish(struct pt_regs *ctx, u32 tgid, struct frame *
         handle_event(tgid, EV_KERNEL_HOST, read_u64(f->a), f->b, 0);
         break;
     case OP_GET_FUNCTION:  // cuModuleGetFunction / cuLibraryGetKernel(out, _, name)
-        handle_event(tgid, EV_HANDLE_NAME, read_u64(f->a), 0, f->b);
+        handle_event(tgid, EV_HANDLE_NAME, read_u64(f->a), 0, f->c);
         break;
     case OP_KERNEL_FUNCTION:  // cuKernelGetFunction(CUfunction *out, CUkernel kernel)
         handle_event(tgid, EV_HANDLE_ALIAS, read_u64(f->a), f->b, 0);
+        break;
+    // The thread's current device.
+    case OP_SET_DEVICE:  // cudaSetDevice(int device)
+        t->dev = dev_of(f->a & 0xffffffff);
+        break;
+    case OP_CTX_SET: {  // cuCtxSetCurrent(ctx), cuCtxPushCurrent_v2(ctx) (cookie arg 1)
+        if (COOKIE_ARG(f->cookie))
+            push_dev(t);
+        struct ctxkey k = {};
+        k.tgid = tgid;
+        k.ctx = f->a;
+        u32 *ordinal = contexts.lookup(&k);
+        t->dev = ordinal ? dev_of(*ordinal) : DEV_UNKNOWN;
+        break;
+    }
+    case OP_CTX_POP: {  // cuCtxPopCurrent_v2(CUcontext *pctx)
+        u32 n = t->pushed;
+        if (n == 0) {
+            t->dev = DEV_UNKNOWN;
+            break;
+        }
+        n -= 1;
+        t->pushed = n;
+        t->dev = n < CTX_STACK ? t->pushed_dev[n & (CTX_STACK - 1)] : DEV_UNKNOWN;
+        break;
+    }
+    // cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev),
+    // cuCtxCreate_v2(CUcontext *pctx, unsigned flags, CUdevice dev),
+    // cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *p, int n, unsigned flags,
+    //                CUdevice dev): the cookie's arg is the device's parameter position.
+    case OP_CTX_MADE: {
+        struct ctxkey k = {};
+        k.tgid = tgid;
+        k.ctx = read_u64(f->a);
+        u32 at = COOKIE_ARG(f->cookie);
+        u32 ordinal = (at == 5 ? f->d : at == 3 ? f->c : f->b) & 0xffffffff;
+        if (contexts.update(&k, &ordinal) != 0)
+            drop(DROP_STATS_FULL);
+        if (at != CTX_DEV_PARAM_RETAIN) {  // cuCtxCreate: made current
+            push_dev(t);
+            t->dev = dev_of(ordinal);
+        }
+        break;
+    }
+    // cuDeviceGetUuid(CUuuid *uuid, CUdevice dev) and _v2; cudaGetDeviceProperties(
+    // cudaDeviceProp *prop, int device) and _v2: the UUID follows the 256-byte name
+    // (cookie arg 1).
+    case OP_DEVICE_UUID:
+        handle_event(tgid, EV_DEVICE_UUID, f->b & 0xffffffff, 0,
+                     f->a + (COOKIE_ARG(f->cookie) ? DEVICE_PROP_UUID_OFF : 0));
+        break;
+    // cudaDeviceGetPCIBusId(char *id, int len, int device), cuDeviceGetPCIBusId likewise
+    case OP_DEVICE_PCI:
+        handle_event(tgid, EV_DEVICE_PCI, f->c & 0xffffffff, 0, f->a);
         break;
     }
 }
@@ -526,40 +605,29 @@ int sync(struct pt_regs *ctx) {
     return 0;
 }
 
-// --- names -----------------------------------------------------------------------------
-// __cudaGetKernel(cudaKernel_t *kernel, const void *hostFun)
-int rt_get_kernel(struct pt_regs *ctx) {
-    struct tstate *t;
-    struct frame *f = enter_as(ctx, OP_GET_KERNEL, 1, &t);
-    if (f) {
-        f->a = PT_REGS_PARM1(ctx);
-        f->b = PT_REGS_PARM2(ctx);
+// --- names and the thread's device: calls whose arguments are read on return ------
+// The first three and the fifth argument are kept; finish() reads what each call has.
+#define KEEP_ARGS(name, op)                                        \
+    int name(struct pt_regs *ctx) {                                \
+        struct tstate *t;                                          \
+        struct frame *f = enter_as(ctx, op, 1, &t);                \
+        if (f) {                                                   \
+            f->a = PT_REGS_PARM1(ctx);                             \
+            f->b = PT_REGS_PARM2(ctx);                             \
+            f->c = PT_REGS_PARM3(ctx);                             \
+            f->d = PT_REGS_PARM5(ctx);                             \
+        }                                                          \
+        return 0;                                                  \
     }
-    return 0;
-}
-
-// cuModuleGetFunction(CUfunction *out, CUmodule m, const char *name),
-// cuLibraryGetKernel(CUkernel *out, CUlibrary l, const char *name)
-int drv_get_function(struct pt_regs *ctx) {
-    struct tstate *t;
-    struct frame *f = enter_as(ctx, OP_GET_FUNCTION, 1, &t);
-    if (f) {
-        f->a = PT_REGS_PARM1(ctx);
-        f->b = PT_REGS_PARM3(ctx);
-    }
-    return 0;
-}
-
-// cuKernelGetFunction(CUfunction *out, CUkernel kernel)
-int drv_kernel_function(struct pt_regs *ctx) {
-    struct tstate *t;
-    struct frame *f = enter_as(ctx, OP_KERNEL_FUNCTION, 1, &t);
-    if (f) {
-        f->a = PT_REGS_PARM1(ctx);
-        f->b = PT_REGS_PARM2(ctx);
-    }
-    return 0;
-}
+KEEP_ARGS(rt_get_kernel, OP_GET_KERNEL)
+KEEP_ARGS(drv_get_function, OP_GET_FUNCTION)
+KEEP_ARGS(drv_kernel_function, OP_KERNEL_FUNCTION)
+KEEP_ARGS(set_device, OP_SET_DEVICE)
+KEEP_ARGS(ctx_set, OP_CTX_SET)
+KEEP_ARGS(ctx_pop, OP_CTX_POP)
+KEEP_ARGS(ctx_made, OP_CTX_MADE)
+KEEP_ARGS(device_uuid, OP_DEVICE_UUID)
+KEEP_ARGS(device_pci, OP_DEVICE_PCI)
 
 // --- processes that exec or map a file executable: scan them now ------------------
 // A new library file is probed within milliseconds of being mapped, not at the next

@@ -37,12 +37,24 @@ def cumulative(
 
 
 @dataclass(frozen=True)
+class NvmlView:
+    """What NVML lists this scrape: the devices each process has a context on (GPU or
+    MIG UUIDs), whether every device's list was read whole, and the GPUs' keys by PCI
+    address. The eBPF engine judges the device of each call by it."""
+
+    devices_of: Mapping[int, frozenset[str]]  # pid -> device keys
+    complete: bool
+    by_pci: Mapping[str, str]  # PCI address (0000:3b:00.0) -> device key
+
+
+@dataclass(frozen=True)
 class Launches:
     kernel_name: str
     executable: str
     api: str  # runtime | driver | graph
     pid: int | None  # only with --ebpf.pid-label
     count: int
+    device: str | None = None  # the device's key, when certain
 
 
 class CallKey(NamedTuple):
@@ -56,6 +68,7 @@ class CallKey(NamedTuple):
     call: str = ""  # errors: the entry point, as documented (cudaMemcpyAsync)
     error_type: str = ""  # errors: the code's name (cudaErrorNoDevice), or its number
     pid: int | None = None  # only with --ebpf.pid-label
+    device: str | None = None  # the device's key (GPU or MIG UUID), when certain
 
 
 @dataclass(frozen=True)

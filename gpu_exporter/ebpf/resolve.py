@@ -13,8 +13,15 @@ from gpu_exporter.ebpf import abi
 from gpu_exporter.ebpf.discovery import FileId, Mapping, open_path, read_maps
 from gpu_exporter.ebpf.elf import ElfError, ElfFile, ElfSymbols
 from gpu_exporter.ebpf.names import UNKNOWN, NameCap, kernel_name
+from gpu_exporter.readers.pci import normalize_pci_address
 
 Handle = tuple[int, int]  # (tgid, handle value)
+
+
+def uuid_text(raw: bytes) -> str:
+    """A CUDA UUID (CUuuid, cudaUUID_t: 16 bytes) as NVML writes it after `GPU-`/`MIG-`."""
+    h = raw.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
 _ALIAS_DEPTH: Final = 4
 
 
@@ -35,6 +42,8 @@ class Resolver:
         self._kernel_host: dict[Handle, int] = {}  # cudaKernel_t -> its host stub
         self._labels: dict[tuple[int, int, int], str] = {}
         self._unnamed: list[tuple[int, int, int]] = []  # launch keys to name
+        # What a process was told of its device ordinals (a UUID, a PCI address).
+        self._device_ids: dict[tuple[int, int], str] = {}
 
     # -- what the scans saw -------------------------------------------------------------
     def remember(self, pid: int, maps: list[Mapping]) -> None:
@@ -87,6 +96,20 @@ class Resolver:
                 self._aliases[(tgid, ident)] = target
             elif etype == abi.EV_KERNEL_HOST:
                 self._kernel_host[(tgid, ident)] = target
+            elif etype == abi.EV_DEVICE_UUID:
+                raw = data[abi.EVENT_HEAD.size:abi.EVENT_HEAD.size + 16]
+                self._device_ids[(tgid, ident)] = uuid_text(raw)
+            elif etype == abi.EV_DEVICE_PCI:
+                raw = data[abi.EVENT_HEAD.size:abi.EVENT_HEAD.size + abi.NAME_LEN]
+                address = normalize_pci_address(raw.split(b"\0", 1)[0].decode("ascii", "replace"))
+                if address:
+                    self._device_ids[(tgid, ident)] = address
+
+    def device_id(self, tgid: int, ordinal: int) -> str | None:
+        """What process `tgid` was told its device `ordinal` is: the hex of its UUID
+        (8-4-4-4-12) or its PCI address."""
+        with self._lock:
+            return self._device_ids.get((tgid, ordinal))
 
     def name_new_keys(self) -> None:
         with self._lock:
@@ -178,7 +201,7 @@ class Resolver:
             self._maps.pop(tgid, None)
             self._dead.discard(tgid)
             self._exe.pop(tgid, None)
-            for d in (self._handle_names, self._aliases, self._kernel_host):
+            for d in (self._handle_names, self._aliases, self._kernel_host, self._device_ids):
                 for k in [k for k in d if k[0] == tgid]:
                     del d[k]
             for label_key in [k for k in self._labels if k[0] == tgid]:

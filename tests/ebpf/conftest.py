@@ -50,6 +50,8 @@ def build_into(out: Path) -> Build:
          "-lcuda", rpath, "-pthread"],
         [gcc, "-O0", "-o", "launch_loop", str(CSRC / "launch_loop.c"), "-L.", "-lcudart",
          "-lcuda", rpath],
+        [gcc, "-O0", "-o", "devices", str(CSRC / "devices.c"), "-L.", "-lcudart", "-lcuda",
+         rpath, "-pthread"],
         [gcc, "-O0", "-o", "offsets", str(CSRC / "offsets.c")],
         [gcc, "-O0", "-o", "dlopen_driver", str(CSRC / "dlopen_driver.c"), "-ldl"],
     ]

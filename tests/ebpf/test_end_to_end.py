@@ -25,6 +25,7 @@ from tests.ebpf.conftest import (
     wait_attached,
     wait_until,
 )
+from tests.fake_nvml import scenario as fake
 from tests.helpers import (
     EXPORTER,
     Series,
@@ -77,7 +78,11 @@ def scenario(cuda_build: Build, tmp_path_factory: pytest.TempPathFactory) -> Ite
     # kernel durations) can be told apart from other CUDA programs on the machine.
     args = [*only_ebpf_args(), "--collector.ebpf", f"--ebpf.kernel-names-max={NAMES_MAX}",
             "--ebpf.rescan-interval=0.2", "--ebpf.pid-label"]
-    with exporter(args) as exp:
+    # NVML present but its driver not loaded: no call has a device label, and a feature
+    # state says why.
+    nvml = fake.Scenario(init_error="DRIVER_NOT_LOADED").write(
+        tmp_path_factory.mktemp("nvml") / "gpus.scenario")
+    with exporter(args, env=fake.env(fake.build(), nvml)) as exp:
         first = [Workload([rt, "runtime", str(RUNTIME_N)]),
                  Workload([th, "threads", str(THREADS), str(PER_THREAD)]),
                  Workload([un, "unknown"]),
@@ -290,6 +295,15 @@ def test_feature_enabled(scenario: Scenario) -> None:
     assert value(scenario.series, "gpu_exporter_feature_status", feature="ebpf",
                  state="enabled") == 1
     assert value(scenario.series, "gpu_exporter_collector_success", collector="ebpf") == 1
+
+
+def test_without_nvml_no_device_labels_and_a_feature_state_says_why(scenario: Scenario
+                                                                     ) -> None:
+    assert value(scenario.series, "gpu_exporter_feature_status", feature="ebpf.device_labels",
+                 state="unavailable") == 1
+    cuda = [x for x in scenario.series if x.name.startswith("gpu_") and
+            x.labels.get("process_pid") in scenario.pids]
+    assert cuda and not [x for x in cuda if "hw_id" in x.labels or "gpu_index" in x.labels]
 
 
 def _perf_event_fds(pid: int) -> int:

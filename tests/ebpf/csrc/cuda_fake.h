@@ -46,6 +46,16 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream);
 cudaError_t cudaDeviceSynchronize(void);
 cudaError_t cudaEventSynchronize(cudaEvent_t event);
 cudaError_t cudaSetDevice(int device);
+cudaError_t cudaGetDeviceCount(int *count);
+typedef struct cudaUUID_st { char bytes[16]; } cudaUUID_t;
+/* The leading fields of the real struct; the rest is room the runtime writes into. */
+typedef struct cudaDeviceProp {
+  char name[256];
+  cudaUUID_t uuid;
+  char rest[1024];
+} cudaDeviceProp;
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int device);
+cudaError_t cudaDeviceGetPCIBusId(char *pciBusId, int len, int device);
 
 typedef int CUresult;
 typedef struct CUfunc_st *CUfunction;
@@ -66,6 +76,19 @@ typedef struct CUlaunchConfig_st {
 } CUlaunchConfig;
 
 CUresult cuInit(unsigned int flags);
+typedef int CUdevice;
+typedef struct CUctx_st *CUcontext;
+typedef struct CUuuid_st { char bytes[16]; } CUuuid;
+CUresult cuDeviceGetCount(int *count);
+CUresult cuDeviceGet(CUdevice *device, int ordinal);
+CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev);
+CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev);
+CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev);
+CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev);
+CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
+CUresult cuCtxSetCurrent(CUcontext ctx);
+CUresult cuCtxPushCurrent_v2(CUcontext ctx);
+CUresult cuCtxPopCurrent_v2(CUcontext *pctx);
 CUresult cuModuleLoad(CUmodule *module, const char *fname);
 CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name);
 CUresult cuLibraryLoadFromFile(CUlibrary *library, const char *fileName, void *a, void *b,

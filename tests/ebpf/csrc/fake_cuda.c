@@ -3,6 +3,8 @@
  * for a short, known time so measured durations have a floor. */
 #include "cuda_fake.h"
 #include "fake_fail.h"
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -118,3 +120,134 @@ CUresult cuCtxSynchronize(void) {
   FAIL_IF("cuCtxSynchronize"); block_a_while(); return 0; }
 CUresult cuEventSynchronize(void *e) {
   FAIL_IF("cuEventSynchronize"); (void)e; block_a_while(); return 0; }
+
+/* Devices. FAKE_CUDA_DEVICES="GPU-<uuid>@<pci bus id>;..." lists the GPUs the driver
+ * sees, in CUDA's enumeration order (fastest first by default: not NVML's order).
+ * CUDA_VISIBLE_DEVICES (indices into that order, or UUIDs) is read when the devices
+ * are first asked for, as the real driver reads it at cuInit: a program may set it at
+ * run time. Device ordinals are CUdevice values, as in the real driver. */
+#define DEV_MAX 16
+static struct { CUuuid uuid; char pci[32]; } all_devs[DEV_MAX], vis_devs[DEV_MAX];
+static int all_n = -1, vis_n;
+static CUcontext primary[DEV_MAX];
+static pthread_mutex_t devs_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int hex_digit(char c) {
+  return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+       : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+static void parse_uuid(const char *text, CUuuid *out) {
+  int n = 0, hi = -1;
+  memset(out, 0, sizeof *out);
+  if (strncmp(text, "GPU-", 4) == 0) text += 4;
+  for (; *text && *text != '@' && n < 16; text++) {
+    int d = hex_digit(*text);
+    if (d < 0) continue;
+    if (hi < 0) hi = d;
+    else { out->bytes[n++] = (char)(hi << 4 | d); hi = -1; }
+  }
+}
+
+static void devices_init(void) {
+  pthread_mutex_lock(&devs_lock);
+  if (all_n >= 0) { pthread_mutex_unlock(&devs_lock); return; }
+  all_n = 0;
+  const char *spec = getenv("FAKE_CUDA_DEVICES");
+  while (spec && *spec && all_n < DEV_MAX) {
+    const char *end = strchr(spec, ';');
+    const char *at = strchr(spec, '@');
+    parse_uuid(spec, &all_devs[all_n].uuid);
+    if (at && (!end || at < end)) {
+      size_t len = end ? (size_t)(end - at - 1) : strlen(at + 1);
+      if (len >= sizeof all_devs[0].pci) len = sizeof all_devs[0].pci - 1;
+      memcpy(all_devs[all_n].pci, at + 1, len);
+    }
+    all_n++;
+    spec = end ? end + 1 : NULL;
+  }
+  const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+  if (!vis) {
+    memcpy(vis_devs, all_devs, sizeof all_devs);
+    vis_n = all_n;
+  } else {
+    while (*vis && vis_n < DEV_MAX) {
+      if (strncmp(vis, "GPU-", 4) == 0) {
+        CUuuid u;
+        parse_uuid(vis, &u);
+        for (int i = 0; i < all_n; i++)
+          if (memcmp(&u, &all_devs[i].uuid, sizeof u) == 0) vis_devs[vis_n++] = all_devs[i];
+      } else {
+        int i = atoi(vis);
+        if (i < 0 || i >= all_n) break; /* like CUDA: an invalid entry ends the list */
+        vis_devs[vis_n++] = all_devs[i];
+      }
+      vis = strchr(vis, ',');
+      if (!vis) break;
+      vis++;
+    }
+  }
+  pthread_mutex_unlock(&devs_lock);
+}
+
+#define CUDA_ERROR_INVALID_DEVICE 101
+#define CUDA_ERROR_INVALID_CONTEXT 201
+#define CHECK_DEV(dev) do { devices_init(); \
+    if ((dev) < 0 || (dev) >= vis_n) return CUDA_ERROR_INVALID_DEVICE; } while (0)
+
+CUresult cuDeviceGetCount(int *count) {
+  FAIL_IF("cuDeviceGetCount"); devices_init(); *count = vis_n; return 0; }
+CUresult cuDeviceGet(CUdevice *device, int ordinal) {
+  FAIL_IF("cuDeviceGet"); CHECK_DEV(ordinal); *device = ordinal; return 0; }
+CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev) {
+  FAIL_IF("cuDeviceGetUuid"); CHECK_DEV(dev); *uuid = vis_devs[dev].uuid; return 0; }
+CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev) {
+  FAIL_IF("cuDeviceGetUuid_v2"); CHECK_DEV(dev); *uuid = vis_devs[dev].uuid; return 0; }
+CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev) {
+  FAIL_IF("cuDeviceGetPCIBusId");
+  CHECK_DEV(dev);
+  snprintf(pciBusId, (size_t)len, "%s", vis_devs[dev].pci);
+  return 0;
+}
+CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
+  FAIL_IF("cuDevicePrimaryCtxRetain");
+  CHECK_DEV(dev);
+  pthread_mutex_lock(&devs_lock);
+  if (!primary[dev]) primary[dev] = (CUcontext)malloc(64);
+  *pctx = primary[dev];
+  pthread_mutex_unlock(&devs_lock);
+  return 0;
+}
+
+#define CTX_STACK_MAX 16
+static __thread CUcontext ctx_stack[CTX_STACK_MAX];
+static __thread int ctx_depth; /* ctx_stack[ctx_depth - 1] is current */
+
+CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev) {
+  FAIL_IF("cuCtxCreate_v2");
+  (void)flags;
+  CHECK_DEV(dev);
+  if (ctx_depth == CTX_STACK_MAX) return CUDA_ERROR_INVALID_CONTEXT;
+  *pctx = (CUcontext)malloc(64);
+  ctx_stack[ctx_depth++] = *pctx;
+  return 0;
+}
+CUresult cuCtxSetCurrent(CUcontext ctx) {
+  FAIL_IF("cuCtxSetCurrent");
+  if (ctx_depth == 0) ctx_depth = 1;
+  ctx_stack[ctx_depth - 1] = ctx;
+  return 0;
+}
+CUresult cuCtxPushCurrent_v2(CUcontext ctx) {
+  FAIL_IF("cuCtxPushCurrent_v2");
+  if (ctx_depth == CTX_STACK_MAX) return CUDA_ERROR_INVALID_CONTEXT;
+  ctx_stack[ctx_depth++] = ctx;
+  return 0;
+}
+CUresult cuCtxPopCurrent_v2(CUcontext *pctx) {
+  FAIL_IF("cuCtxPopCurrent_v2");
+  if (ctx_depth == 0) return CUDA_ERROR_INVALID_CONTEXT;
+  ctx_depth--;
+  if (pctx) *pctx = ctx_stack[ctx_depth];
+  return 0;
+}

@@ -4,7 +4,9 @@
 #include "cuda_fake.h"
 #include "fake_fail.h"
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 cudaError_t cudaLaunchKernel(const void *func, dim3 g, dim3 b, void **args, size_t smem,
                              cudaStream_t s) {
@@ -74,5 +76,27 @@ cudaError_t cudaDeviceSynchronize(void) {
   FAIL_IF("cudaDeviceSynchronize"); return cuCtxSynchronize(); }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
   FAIL_IF("cudaEventSynchronize"); return cuEventSynchronize(e); }
+
+/* The runtime's devices are the driver's (CUDA_VISIBLE_DEVICES applied there). */
+#define cudaErrorInvalidDevice 101
+cudaError_t cudaGetDeviceCount(int *count) {
+  FAIL_IF("cudaGetDeviceCount"); return cuDeviceGetCount(count); }
 cudaError_t cudaSetDevice(int device) {
-  FAIL_IF("cudaSetDevice"); (void)device; return 0; }
+  FAIL_IF("cudaSetDevice");
+  int n = 0;
+  cuDeviceGetCount(&n);
+  return device >= 0 && device < n ? 0 : cudaErrorInvalidDevice;
+}
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int device) {
+  FAIL_IF("cudaGetDeviceProperties");
+  memset(prop, 0, sizeof *prop);
+  snprintf(prop->name, sizeof prop->name, "Fake GPU %d", device);
+  CUuuid u;
+  if (cuDeviceGetUuid(&u, device) != 0) return cudaErrorInvalidDevice;
+  memcpy(&prop->uuid, &u, sizeof u);
+  return 0;
+}
+cudaError_t cudaDeviceGetPCIBusId(char *pciBusId, int len, int device) {
+  FAIL_IF("cudaDeviceGetPCIBusId");
+  return cuDeviceGetPCIBusId(pciBusId, len, device) == 0 ? 0 : cudaErrorInvalidDevice;
+}
