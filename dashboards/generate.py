@@ -471,9 +471,9 @@ def cuda() -> Board:
                      (_quantile(0.99, "gpu_memory_allocations_bytes", exe),
                       "{{process_executable_name}} p99")))
     b.add(timeseries("Bytes allocated per second", "Bps",
-                     (f"sum by (process_executable_name, cuda_api) "
+                     (f"sum by (process_executable_name, cuda_api, cuda_memory_type) "
                       f"(rate(gpu_memory_allocations_bytes_sum{{{s}}}[{RI}]))",
-                      "{{process_executable_name}} {{cuda_api}}")))
+                      "{{process_executable_name}} {{cuda_api}} {{cuda_memory_type}}")))
     b.row("Synchronisation")
     b.add(timeseries("Time blocked in synchronising calls", "s",
                      (f"sum by (cuda_sync_call) (rate(gpu_sync_duration_seconds_sum{{{s}}}"

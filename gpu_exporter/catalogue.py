@@ -443,7 +443,10 @@ GPU_MEMORY_COPIES = Histogram(
 
 class AllocationLabels(CudaLabels):
     process_executable_name: str
-    cuda_api: str  # runtime | driver | graph
+    cuda_api: str  # runtime | driver
+    # device (cudaMalloc*), managed (cudaMallocManaged), host (pinned: cudaMallocHost,
+    # cudaHostAlloc, cuMemHostAlloc): host memory is not GPU memory
+    cuda_memory_type: abi.MemoryType
 
 
 GPU_MEMORY_ALLOCATIONS = Histogram(

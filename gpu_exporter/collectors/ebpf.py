@@ -207,7 +207,8 @@ class EbpfCollector(Collector):
             c.GPU_MEMORY_COPIES.emit(sink, *_hist(h), _pid(copy, h.key.pid), h.key.device)
         for h in a.allocations_bytes:
             alloc: c.AllocationLabels = {"process_executable_name": h.key.executable,
-                                         "cuda_api": h.key.api}
+                                         "cuda_api": h.key.api,
+                                         "cuda_memory_type": h.key.memory_type}
             c.GPU_MEMORY_ALLOCATIONS.emit(sink, *_hist(h), _pid(alloc, h.key.pid), h.key.device)
         for h in a.sync_duration_seconds:
             sync: c.SyncLabels = {"cuda_sync_call": h.key.sync_call}

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import re
 import struct
-from dataclasses import dataclass
-from typing import Final
+from dataclasses import dataclass, replace
+from typing import Final, Literal
 
 # --- map sizes ---------------------------------------------------------------------------
 STATS_MAX: Final = 65536  # counters and histogram slots, all processes together
@@ -75,7 +75,9 @@ SYNC_NAMES: Final = {
 MEM_DEVICE: Final = 0
 MEM_MANAGED: Final = 1
 MEM_HOST: Final = 2
-MEM_NAMES: Final = {MEM_DEVICE: "device", MEM_MANAGED: "managed", MEM_HOST: "host"}
+MemoryType = Literal["device", "managed", "host"]  # cuda_memory_type
+MEM_NAMES: Final[dict[int, MemoryType]] = {
+    MEM_DEVICE: "device", MEM_MANAGED: "managed", MEM_HOST: "host"}
 
 # The device a call was made on (struct skey.dev): the calling thread's current device
 # ordinal + 1, or this when it never chose one.
@@ -100,6 +102,9 @@ OP_CTX_POP: Final = 11
 OP_CTX_MADE: Final = 12  # cuDevicePrimaryCtxRetain / cuCtxCreate (arg 1: made current)
 OP_DEVICE_UUID: Final = 13  # the UUID of a device ordinal, as the process asked for it
 OP_DEVICE_PCI: Final = 14  # its PCI bus id
+# A copy whose size in bytes is not known (see DROP_COPY_SIZE_UNKNOWN); numbered apart
+# from the ops above so that others can be added there.
+OP_COPY_UNSIZED: Final = 32
 
 EV_NEW_KEY: Final = 1
 EV_HANDLE_NAME: Final = 2  # id = CUfunction/CUkernel, name = its (mangled) name
@@ -119,7 +124,8 @@ DROP_PENDING_FULL: Final = 2
 DROP_EVENTS_FULL: Final = 3
 DROP_BAD_ARGUMENT: Final = 4
 DROP_PROC_EVENTS_FULL: Final = 5
-DROP_REASONS: Final = 6
+DROP_COPY_SIZE_UNKNOWN: Final = 6
+DROP_REASONS: Final = 7
 DROP_NAMES: Final = {
     DROP_STATS_FULL: "stats_map_full",
     DROP_THREADS_FULL: "threads_map_full",
@@ -127,6 +133,9 @@ DROP_NAMES: Final = {
     DROP_EVENTS_FULL: "event_buffer_full",
     DROP_BAD_ARGUMENT: "bad_argument",
     DROP_PROC_EVENTS_FULL: "process_event_buffer_full",
+    # A runtime 3D copy with a CUDA array on one side: its extent is in array elements,
+    # whose size is inside the opaque array, so its bytes are not known.
+    DROP_COPY_SIZE_UNKNOWN: "copy_size_unknown",
 }
 
 # --- the CUDA ABI on x86-64 (System V) ---------------------------------------------------
@@ -154,6 +163,45 @@ CULCFG_SMEM_OFF: Final = 24
 CULCFG_STREAM_OFF: Final = 32
 # struct cudaDeviceProp { char name[256]; cudaUUID_t uuid; ... }
 DEVICE_PROP_UUID_OFF: Final = 256
+# The 2D runtime copies take (..., size_t width, size_t height, enum cudaMemcpyKind kind
+# [, stream]): width is their 5th argument (cudaMemcpy2D, dst/dpitch/src/spitch first),
+# 6th (cudaMemcpy2DToArray, cudaMemcpy2DFromArray: an array and two offsets on one side)
+# or 7th (cudaMemcpy2DArrayToArray); height and kind follow it. A probe's `pos`.
+RT_2D_WIDTH_ARG: Final = 5
+RT_2D_ARRAY_WIDTH_ARG: Final = 6
+RT_2D_ARRAY_TO_ARRAY_WIDTH_ARG: Final = 7
+# struct cudaMemcpy3DParms { cudaArray_t srcArray; struct cudaPos srcPos;
+#   struct cudaPitchedPtr srcPtr; cudaArray_t dstArray; struct cudaPos dstPos;
+#   struct cudaPitchedPtr dstPtr; struct cudaExtent extent; enum cudaMemcpyKind kind; }
+# and struct cudaMemcpy3DPeerParms (an int device after each cudaPitchedPtr, no kind);
+# cudaExtent is { size_t width, height, depth }. A probe's `pos` says which (RT_3D_*).
+RT_3D: Final = 0
+RT_3D_PEER: Final = 1
+RT3D_SRC_ARRAY_OFF: Final = 0
+RT3D_DST_ARRAY_OFF: Final = 64
+RT3D_EXTENT_OFF: Final = 128
+RT3D_KIND_OFF: Final = 152
+RT3D_SIZE: Final = 160
+RT3DPEER_DST_ARRAY_OFF: Final = 72
+RT3DPEER_EXTENT_OFF: Final = 144
+RT3DPEER_SIZE: Final = 168
+# CUDA_MEMCPY2D (v2): size_t srcXInBytes, srcY; CUmemorytype srcMemoryType; srcHost,
+# srcDevice, srcArray, srcPitch; the same five for dst; size_t WidthInBytes, Height.
+CU2D_SRC_TYPE_OFF: Final = 16
+CU2D_DST_TYPE_OFF: Final = 72
+CU2D_WIDTH_OFF: Final = 112
+CU2D_SIZE: Final = 128
+# CUDA_MEMCPY3D (v2) and CUDA_MEMCPY3D_PEER share these offsets (the peer struct has
+# contexts where the plain one has reserved pointers): ... WidthInBytes, Height, Depth.
+CU3D_SRC_TYPE_OFF: Final = 32
+CU3D_DST_TYPE_OFF: Final = 120
+CU3D_WIDTH_OFF: Final = 176
+CU3D_SIZE: Final = 200
+# enum CUmemorytype
+CU_MEMORYTYPE_HOST: Final = 1
+CU_MEMORYTYPE_DEVICE: Final = 2
+CU_MEMORYTYPE_ARRAY: Final = 3
+CU_MEMORYTYPE_UNIFIED: Final = 4
 
 
 def defines() -> list[str]:
@@ -184,6 +232,9 @@ class Probe:
     # The CUDA release that added it, when newer than the real libraries recorded in
     # tests/fixtures/cuda/real-symbols.txt (runtime 11.8, driver 535 / CUDA 12.2).
     since: str = ""
+    # Where the program finds its arguments, for programs shared by calls of several
+    # layouts (copy_2d: the argument number of the width; copy_3d: RT_3D / RT_3D_PEER).
+    pos: int = 0
 
     @property
     def call(self) -> str:
@@ -208,6 +259,10 @@ def _drv(symbol: str, program: str, arg: int = 0, *suffixes: str) -> tuple[Probe
     return _variants(symbol, program, arg, True, ("", *suffixes))
 
 
+def _at(pos: int, probes: tuple[Probe, ...]) -> tuple[Probe, ...]:
+    return tuple(replace(p, pos=pos) for p in probes)
+
+
 # _ptsz / _ptds: the same call with the per-thread default stream (nvcc
 # --default-stream per-thread), exported by the runtime and the driver.
 PTSZ, PTDS = "_ptsz", "_ptds"
@@ -230,6 +285,26 @@ RUNTIME_PROBES: Final[tuple[Probe, ...]] = (
     *_rt("cudaStreamSynchronize", "sync", SYNC_CUDA_STREAM, PTSZ),
     *_rt("cudaDeviceSynchronize", "sync", SYNC_CUDA_DEVICE),
     *_rt("cudaEventSynchronize", "sync", SYNC_CUDA_EVENT),
+    # Strided and 3D copies, peer copies, pinned host memory.
+    *_at(RT_2D_WIDTH_ARG, _rt("cudaMemcpy2D", "copy_2d", MEMCPY_FROM_ARGS, PTDS)),
+    *_at(RT_2D_WIDTH_ARG, _rt("cudaMemcpy2DAsync", "copy_2d", MEMCPY_FROM_ARGS, PTSZ)),
+    *_at(RT_2D_ARRAY_WIDTH_ARG, _rt("cudaMemcpy2DToArray", "copy_2d", MEMCPY_FROM_ARGS, PTDS)),
+    *_at(RT_2D_ARRAY_WIDTH_ARG,
+         _rt("cudaMemcpy2DToArrayAsync", "copy_2d", MEMCPY_FROM_ARGS, PTSZ)),
+    *_at(RT_2D_ARRAY_WIDTH_ARG,
+         _rt("cudaMemcpy2DFromArray", "copy_2d", MEMCPY_FROM_ARGS, PTDS)),
+    *_at(RT_2D_ARRAY_WIDTH_ARG,
+         _rt("cudaMemcpy2DFromArrayAsync", "copy_2d", MEMCPY_FROM_ARGS, PTSZ)),
+    *_at(RT_2D_ARRAY_TO_ARRAY_WIDTH_ARG,
+         _rt("cudaMemcpy2DArrayToArray", "copy_2d", MEMCPY_FROM_ARGS, PTDS)),
+    *_at(RT_3D, _rt("cudaMemcpy3D", "copy_3d", MEMCPY_FROM_ARGS, PTDS)),
+    *_at(RT_3D, _rt("cudaMemcpy3DAsync", "copy_3d", MEMCPY_FROM_ARGS, PTSZ)),
+    *_at(RT_3D_PEER, _rt("cudaMemcpy3DPeer", "copy_3d", MEMCPY_DEVICE_TO_DEVICE, PTDS)),
+    *_at(RT_3D_PEER, _rt("cudaMemcpy3DPeerAsync", "copy_3d", MEMCPY_DEVICE_TO_DEVICE, PTSZ)),
+    *_rt("cudaMemcpyPeer", "copy_peer", MEMCPY_DEVICE_TO_DEVICE),
+    *_rt("cudaMemcpyPeerAsync", "copy_peer", MEMCPY_DEVICE_TO_DEVICE),
+    *_rt("cudaMallocHost", "alloc", MEM_HOST),
+    *_rt("cudaHostAlloc", "alloc", MEM_HOST),
 )
 
 DRIVER_PROBES: Final[tuple[Probe, ...]] = (
@@ -257,6 +332,21 @@ DRIVER_PROBES: Final[tuple[Probe, ...]] = (
     *_drv("cuStreamSynchronize", "sync", SYNC_CU_STREAM, PTSZ),
     *_drv("cuCtxSynchronize", "sync", SYNC_CU_CTX),
     *_drv("cuEventSynchronize", "sync", SYNC_CU_EVENT),
+    # Strided and 3D copies (the kind from the memory types), peer copies, pinned host
+    # memory, stream-ordered and managed allocations.
+    *_drv("cuMemcpy2D_v2", "drv_copy_2d", MEMCPY_FROM_ARGS, PTDS),
+    *_drv("cuMemcpy2DUnaligned_v2", "drv_copy_2d", MEMCPY_FROM_ARGS, PTDS),
+    *_drv("cuMemcpy2DAsync_v2", "drv_copy_2d", MEMCPY_FROM_ARGS, PTSZ),
+    *_drv("cuMemcpy3D_v2", "drv_copy_3d", MEMCPY_FROM_ARGS, PTDS),
+    *_drv("cuMemcpy3DAsync_v2", "drv_copy_3d", MEMCPY_FROM_ARGS, PTSZ),
+    *_drv("cuMemcpy3DPeer", "drv_copy_3d", MEMCPY_FROM_ARGS, PTDS),
+    *_drv("cuMemcpy3DPeerAsync", "drv_copy_3d", MEMCPY_FROM_ARGS, PTSZ),
+    *_drv("cuMemcpyPeer", "copy_peer", MEMCPY_DEVICE_TO_DEVICE, PTDS),
+    *_drv("cuMemcpyPeerAsync", "copy_peer", MEMCPY_DEVICE_TO_DEVICE, PTSZ),
+    *_drv("cuMemHostAlloc", "alloc", MEM_HOST),
+    *_drv("cuMemAllocHost_v2", "alloc", MEM_HOST),
+    *_drv("cuMemAllocAsync", "alloc", MEM_DEVICE, PTSZ),
+    *_drv("cuMemAllocManaged", "alloc", MEM_MANAGED),
     *_drv("cuModuleGetFunction", "drv_get_function"),
     *_drv("cuLibraryGetKernel", "drv_get_function"),
     *_drv("cuKernelGetFunction", "drv_kernel_function"),
@@ -276,6 +366,18 @@ COUNTS: Final[dict[str, str]] = {
                   "from the `CUfunction`; grid and block size from the arguments",
     "graph_launch": "a graph launch: `gpu_kernel_launch_calls_total{cuda_api=\"graph\"}`",
     "copy": "a copy: `gpu_memory_copies_bytes`, bytes = the byte count argument",
+    "copy_peer": "a copy between devices: `gpu_memory_copies_bytes`, bytes = the byte "
+                 "count argument",
+    "copy_2d": "a copy: `gpu_memory_copies_bytes`, bytes = `width` × `height`",
+    "copy_3d": "a copy: `gpu_memory_copies_bytes`, bytes = `extent.width` × `height` × "
+               "`depth` (with a CUDA array on one side the extent is in array elements: "
+               "not observed, counted in `gpu_exporter_ebpf_events_dropped_total"
+               "{reason=\"copy_size_unknown\"}`)",
+    "drv_copy_2d": "a copy: `gpu_memory_copies_bytes`, bytes = `WidthInBytes` × `Height` "
+                   "of the `CUDA_MEMCPY2D`; `cuda_memcpy_kind` from its memory types",
+    "drv_copy_3d": "a copy: `gpu_memory_copies_bytes`, bytes = `WidthInBytes` × `Height` × "
+                   "`Depth` of the `CUDA_MEMCPY3D`/`CUDA_MEMCPY3D_PEER`; `cuda_memcpy_kind` "
+                   "from its memory types",
     "alloc": "an allocation: `gpu_memory_allocations_bytes`, bytes = the size argument",
     "sync": "a synchronisation: `gpu_sync_duration_seconds`; closes a kernel duration sample",
     "rt_get_kernel": "no count: maps a CUDA 13 kernel handle to its host function (names)",
@@ -299,14 +401,15 @@ ENTRY_PROGRAMS: Final = tuple(sorted({p.program for p in ALL_PROBES}))
 def cookie(index: int) -> int:
     """The BPF cookie of probe ALL_PROBES[index] (see program.c, COOKIE_*)."""
     p = ALL_PROBES[index]
-    return index | p.arg << 16 | int(p.driver) << 24
+    return index | p.arg << 16 | int(p.driver) << 24 | p.pos << 25
 
 
 INDEX: Final = {p.symbol: i for i, p in enumerate(ALL_PROBES)}
 
 
 LAUNCH_PROGRAMS: Final = ("rt_launch", "launch_ex", "drv_launch", "graph_launch")
-COPY_PROGRAMS: Final = ("copy",)
+COPY_PROGRAMS: Final = (
+    "copy", "copy_peer", "copy_2d", "copy_3d", "drv_copy_2d", "drv_copy_3d")
 ALLOC_PROGRAMS: Final = ("alloc",)
 SYNC_PROGRAMS: Final = ("sync",)
 

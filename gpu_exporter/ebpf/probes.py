@@ -440,7 +440,9 @@ class Engine:
                            device=device)
         if fam == abi.FAM_ALLOC:
             return CallKey(executable=r.executable(tgid),
-                           api=abi.API_NAMES.get(sub & 0xFF, "runtime"), pid=pid, device=device)
+                           api=abi.API_NAMES.get(sub & 0xFF, "runtime"),
+                           memory_type=abi.MEM_NAMES.get(sub >> 8, "device"), pid=pid,
+                           device=device)
         if fam == abi.FAM_ERROR:
             probe = abi.ALL_PROBES[sub] if sub < len(abi.ALL_PROBES) else None
             names = cuda_errors.DRIVER if probe is None or probe.driver else cuda_errors.RUNTIME

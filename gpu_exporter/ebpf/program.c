@@ -109,6 +109,7 @@ BPF_RINGBUF_OUTPUT(events, RINGBUF_PAGES);
 #define COOKIE_CALL(c) ((c) & 0xffff)
 #define COOKIE_ARG(c) (((c) >> 16) & 0xff)
 #define COOKIE_DRIVER(c) (((c) >> 24) & 1)
+#define COOKIE_POS(c) (((c) >> 25) & 0x7f)
 
 static __always_inline void drop(u32 reason) {
     u64 *v = drops.lookup(&reason);
@@ -387,6 +388,10 @@ static __always_inline void finish(struct pt_regs *ctx, u32 tgid, struct frame *
             hist(tgid, FAM_COPY, COOKIE_ARG(f->cookie) == MEMCPY_FROM_ARGS ? f->b
                  : COOKIE_ARG(f->cookie), 0, dev, f->a);
         break;
+    case OP_COPY_UNSIZED:
+        if (f->counted)
+            drop(DROP_COPY_SIZE_UNKNOWN);
+        break;
     case OP_ALLOC:
         if (f->counted)
             hist(tgid, FAM_ALLOC, api | COOKIE_ARG(f->cookie) << 8, 0, dev, f->a);
@@ -585,9 +590,132 @@ int copy(struct pt_regs *ctx) {
     return 0;
 }
 
+// cudaMemcpyPeer(dst, int dstDevice, src, int srcDevice, size_t count[, stream]),
+// cuMemcpyPeer(dst, CUcontext dstContext, src, CUcontext srcContext, size_t n[, stream])
+int copy_peer(struct pt_regs *ctx) {
+    struct frame *f = enter(ctx, OP_COPY);
+    if (f)
+        f->a = PT_REGS_PARM5(ctx);
+    return 0;
+}
+
+// cudaMemcpy2D*(..., size_t width, size_t height, enum cudaMemcpyKind kind[, stream]):
+// the width is argument COOKIE_POS (RT_2D_*_WIDTH_ARG), height and kind the next two.
+int copy_2d(struct pt_regs *ctx) {
+    struct frame *f = enter(ctx, OP_COPY);
+    if (!f)
+        return 0;
+    u64 stack[3] = {};
+    bpf_probe_read_user(&stack, sizeof(stack), (void *)PT_REGS_SP(ctx) + 8);
+    u64 w, h, kind;
+    switch (COOKIE_POS(f->cookie)) {
+    case RT_2D_WIDTH_ARG:
+        w = PT_REGS_PARM5(ctx);
+        h = PT_REGS_PARM6(ctx);
+        kind = stack[0];
+        break;
+    case RT_2D_ARRAY_WIDTH_ARG:
+        w = PT_REGS_PARM6(ctx);
+        h = stack[0];
+        kind = stack[1];
+        break;
+    default:  // RT_2D_ARRAY_TO_ARRAY_WIDTH_ARG
+        w = stack[0];
+        h = stack[1];
+        kind = stack[2];
+        break;
+    }
+    f->a = w * h;
+    f->b = kind & 0xffffffff;
+    if (f->b > MEMCPY_KIND_MAX) {
+        drop(DROP_BAD_ARGUMENT);
+        f->counted = 0;
+    }
+    return 0;
+}
+
+// cudaMemcpy3D*(const struct cudaMemcpy3DParms *p), cudaMemcpy3DPeer*(const struct
+// cudaMemcpy3DPeerParms *p): COOKIE_POS says which. With a CUDA array on either side
+// the extent is in array elements: the size in bytes is not known (OP_COPY_UNSIZED).
+int copy_3d(struct pt_regs *ctx) {
+    struct frame *f = enter(ctx, OP_COPY);
+    if (!f)
+        return 0;
+    u64 p[RT3DPEER_SIZE / 8] = {};
+    bpf_probe_read_user(&p, sizeof(p), (void *)PT_REGS_PARM1(ctx));
+    u64 dst_array, *extent;
+    if (COOKIE_POS(f->cookie) == RT_3D_PEER) {
+        dst_array = p[RT3DPEER_DST_ARRAY_OFF / 8];
+        extent = &p[RT3DPEER_EXTENT_OFF / 8];
+        f->b = MEMCPY_DEVICE_TO_DEVICE;
+    } else {
+        dst_array = p[RT3D_DST_ARRAY_OFF / 8];
+        extent = &p[RT3D_EXTENT_OFF / 8];
+        f->b = p[RT3D_KIND_OFF / 8] & 0xffffffff;
+    }
+    if (p[RT3D_SRC_ARRAY_OFF / 8] || dst_array) {
+        f->op = OP_COPY_UNSIZED;
+        return 0;
+    }
+    f->a = extent[0] * extent[1] * extent[2];
+    if (f->b > MEMCPY_KIND_MAX) {
+        drop(DROP_BAD_ARGUMENT);
+        f->counted = 0;
+    }
+    return 0;
+}
+
+// The cudaMemcpyKind of a driver copy between two CUmemorytypes (an array is on the
+// device; unified memory may be either: Default), or MEMCPY_KIND_MAX + 1 when unknown.
+static __always_inline u64 kind_of(u32 src, u32 dst) {
+    if (src == CU_MEMORYTYPE_UNIFIED || dst == CU_MEMORYTYPE_UNIFIED)
+        return MEMCPY_DEFAULT;
+    if (src < CU_MEMORYTYPE_HOST || src > CU_MEMORYTYPE_ARRAY || dst < CU_MEMORYTYPE_HOST ||
+        dst > CU_MEMORYTYPE_ARRAY)
+        return MEMCPY_KIND_MAX + 1;
+    u64 from_dev = src != CU_MEMORYTYPE_HOST, to_dev = dst != CU_MEMORYTYPE_HOST;
+    return from_dev ? (to_dev ? MEMCPY_DEVICE_TO_DEVICE : MEMCPY_DEVICE_TO_HOST)
+                    : (to_dev ? MEMCPY_HOST_TO_DEVICE : MEMCPY_HOST_TO_HOST);
+}
+
+static __always_inline void drv_copy_sized(struct frame *f, u32 src, u32 dst, u64 bytes) {
+    f->a = bytes;
+    f->b = kind_of(src, dst);
+    if (f->b > MEMCPY_KIND_MAX) {
+        drop(DROP_BAD_ARGUMENT);
+        f->counted = 0;
+    }
+}
+
+// cuMemcpy2D*_v2(const CUDA_MEMCPY2D *p)
+int drv_copy_2d(struct pt_regs *ctx) {
+    struct frame *f = enter(ctx, OP_COPY);
+    if (!f)
+        return 0;
+    u64 p[CU2D_SIZE / 8] = {};
+    bpf_probe_read_user(&p, sizeof(p), (void *)PT_REGS_PARM1(ctx));
+    drv_copy_sized(f, p[CU2D_SRC_TYPE_OFF / 8], p[CU2D_DST_TYPE_OFF / 8],
+                   p[CU2D_WIDTH_OFF / 8] * p[CU2D_WIDTH_OFF / 8 + 1]);
+    return 0;
+}
+
+// cuMemcpy3D*_v2(const CUDA_MEMCPY3D *p), cuMemcpy3DPeer*(const CUDA_MEMCPY3D_PEER *p)
+int drv_copy_3d(struct pt_regs *ctx) {
+    struct frame *f = enter(ctx, OP_COPY);
+    if (!f)
+        return 0;
+    u64 p[CU3D_SIZE / 8] = {};
+    bpf_probe_read_user(&p, sizeof(p), (void *)PT_REGS_PARM1(ctx));
+    drv_copy_sized(f, p[CU3D_SRC_TYPE_OFF / 8], p[CU3D_DST_TYPE_OFF / 8],
+                   p[CU3D_WIDTH_OFF / 8] * p[CU3D_WIDTH_OFF / 8 + 1] *
+                       p[CU3D_WIDTH_OFF / 8 + 2]);
+    return 0;
+}
+
 // --- allocations: bytes in f->a, the memory type in the cookie -----------------------
-// cudaMalloc / cudaMallocAsync / cudaMallocManaged(void **ptr, size_t size, ...),
-// cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytes)
+// cudaMalloc / cudaMallocAsync / cudaMallocManaged / cudaMallocHost / cudaHostAlloc
+// (void **ptr, size_t size, ...), cuMemAlloc_v2 / cuMemAllocAsync / cuMemAllocManaged /
+// cuMemHostAlloc / cuMemAllocHost_v2(CUdeviceptr or void **p, size_t bytes, ...)
 int alloc(struct pt_regs *ctx) {
     struct frame *f = enter(ctx, OP_ALLOC);
     if (f)

@@ -7,6 +7,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from gpu_exporter.ebpf.abi import MemoryType
+
 # Fixed bucket bounds. The BPF side keeps log2 slots (slot s holds values in
 # (2^(s-1), 2^s]); every bound below is a power of two, so the cumulative counts are exact.
 BYTES_BOUNDS_LOG2: tuple[int, ...] = tuple(range(0, 35, 2))  # 1 B .. 16 GiB, x4
@@ -64,6 +66,7 @@ class CallKey(NamedTuple):
     kernel_name: str = ""
     api: str = ""  # runtime | driver | graph: launches, allocations
     memcpy_kind: str = ""  # copies
+    memory_type: MemoryType = "device"  # allocations
     sync_call: str = ""  # synchronisations
     call: str = ""  # errors: the entry point, as documented (cudaMemcpyAsync)
     error_type: str = ""  # errors: the code's name (cudaErrorNoDevice), or its number

@@ -110,7 +110,7 @@ def test_exporter_command_line_is_real() -> None:
     ebpf = services("compose.ebpf.yaml")["gpu-exporter"]
     assert set(ebpf["cap_add"]) == {"BPF", "PERFMON", "SYS_PTRACE", "DAC_READ_SEARCH"}
     assert ebpf["cap_drop"] == ["ALL"] and ebpf["pid"] == "host"
-    assert ebpf["stop_grace_period"] == "60s"  # time to detach the probes
+    assert ebpf["stop_grace_period"] == "120s"  # time to detach the probes
 
 
 def test_prometheus_config_loads_with_the_alert_pack(tmp_path: Path) -> None:

@@ -161,7 +161,7 @@ def test_base_daemonset_is_least_privilege() -> None:
     assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
 
 
-EBPF_STOP_SECONDS = 60
+EBPF_STOP_SECONDS = 120
 
 
 def test_ebpf_overlay_adds_exactly_what_ebpf_needs() -> None:

@@ -115,7 +115,7 @@ def test_ebpf_dropin_grants_exactly_the_ebpf_capabilities() -> None:
     assert "CAP_SYS_ADMIN" not in " ".join(svc["CapabilityBoundingSet"])
     assert "GPU_EXPORTER_COLLECTOR_EBPF=true" in svc["Environment"]
     assert svc["NoNewPrivileges"] == ["yes"], "ambient capabilities work without it"
-    assert svc["TimeoutStopSec"] == ["60s"]  # time to detach the probes at stop
+    assert svc["TimeoutStopSec"] == ["120s"]  # time to detach the probes at stop
 
 
 def test_process_fdinfo_dropin_grants_only_the_fdinfo_capabilities() -> None:

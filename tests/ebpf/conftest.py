@@ -53,6 +53,8 @@ def build_into(out: Path) -> Build:
         [gcc, "-O0", "-o", "devices", str(CSRC / "devices.c"), "-L.", "-lcudart", "-lcuda",
          rpath, "-pthread"],
         [gcc, "-O0", "-o", "offsets", str(CSRC / "offsets.c")],
+        [gcc, "-O0", "-Wall", "-Werror", "-o", "copies", str(CSRC / "copies.c"), "-L.",
+         "-lcudart", "-lcuda", rpath],
         [gcc, "-O0", "-o", "dlopen_driver", str(CSRC / "dlopen_driver.c"), "-ldl"],
     ]
     for cmd in steps:

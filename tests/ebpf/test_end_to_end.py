@@ -233,13 +233,14 @@ def test_copy_bytes_per_kind_exact(scenario: Scenario) -> None:
 
 
 def test_allocation_bytes_exact(scenario: Scenario) -> None:
-    def alloc(exe: str, api: str) -> tuple[float, float]:
-        labels = {"process_executable_name": exe, "cuda_api": api}
+    def alloc(exe: str, api: str, memory: str) -> tuple[float, float]:
+        labels = {"process_executable_name": exe, "cuda_api": api, "cuda_memory_type": memory}
         return (value(scenario.series, "gpu_memory_allocations_bytes_sum", **labels),
                 value(scenario.series, "gpu_memory_allocations_bytes_count", **labels))
 
-    assert alloc("wl_runtime", "runtime") == (2 * (1 << 20) + 12345 + 100, 4)
-    assert alloc("driver_only", "driver") == (4096, 1)
+    assert alloc("wl_runtime", "runtime", "device") == (2 * (1 << 20) + 100, 3)
+    assert alloc("wl_runtime", "runtime", "managed") == (12345, 1)
+    assert alloc("driver_only", "driver", "device") == (4096, 1)
     # The runtime's allocations reach cuMemAlloc in the driver: not counted again.
     assert not find(scenario.series, "gpu_memory_allocations_bytes_sum",
                     process_executable_name="wl_runtime", cuda_api="driver")
@@ -288,7 +289,7 @@ def test_drop_counters_exported_and_zero(scenario: Scenario) -> None:
                for x in find(scenario.series, "gpu_exporter_ebpf_events_dropped_total")}
     assert reasons == {"stats_map_full": 0, "threads_map_full": 0, "pending_map_full": 0,
                        "event_buffer_full": 0, "bad_argument": 0,
-                       "process_event_buffer_full": 0}
+                       "process_event_buffer_full": 0, "copy_size_unknown": 0}
 
 
 def test_feature_enabled(scenario: Scenario) -> None:

@@ -68,6 +68,44 @@ def test_memcpy_size_and_kind_registers(offsets: dict[str, list[int]]) -> None:
     assert regs[3] & 0xFFFFFFFF == abi.MEMCPY_DEVICE_TO_HOST == 2  # PARM4: kind
 
 
+@pytest.mark.parametrize(("fn", "pos"), [
+    ("cudaMemcpy2DAsync", abi.RT_2D_WIDTH_ARG),
+    ("cudaMemcpy2DToArrayAsync", abi.RT_2D_ARRAY_WIDTH_ARG),
+    ("cudaMemcpy2DFromArrayAsync", abi.RT_2D_ARRAY_WIDTH_ARG),
+    ("cudaMemcpy2DArrayToArray", abi.RT_2D_ARRAY_TO_ARRAY_WIDTH_ARG),
+])
+def test_2d_copy_width_height_kind_positions(offsets: dict[str, list[int]], fn: str,
+                                             pos: int) -> None:
+    # width 111, height 222, kind DeviceToHost: arguments pos, pos + 1, pos + 2 (1-based;
+    # 7 and on are stack slots 1 and on), as copy_2d reads them for the probe's pos
+    args = offsets[fn]
+    assert (args[pos - 1], args[pos], args[pos + 1] & 0xFFFFFFFF) == (111, 222, 2), args
+    assert {p.pos for p in abi.ALL_PROBES if p.call == fn.removesuffix("Async")} == {pos}
+
+
+def test_peer_copy_byte_count_is_the_fifth_argument(offsets: dict[str, list[int]]) -> None:
+    for fn in ("cudaMemcpyPeerAsync", "cuMemcpyPeerAsync"):
+        assert offsets[fn][4] == 12345, fn
+
+
+def test_3d_and_driver_copy_struct_offsets(offsets: dict[str, list[int]]) -> None:
+    for name in ("RT3D_SRC_ARRAY_OFF", "RT3D_DST_ARRAY_OFF", "RT3D_EXTENT_OFF",
+                 "RT3D_KIND_OFF", "RT3D_SIZE", "RT3DPEER_DST_ARRAY_OFF", "RT3DPEER_EXTENT_OFF",
+                 "RT3DPEER_SIZE", "CU2D_SRC_TYPE_OFF", "CU2D_DST_TYPE_OFF", "CU2D_SIZE"):
+        assert offsets[name] == [getattr(abi, name)], name
+    assert offsets["RT3DPEER_SRC_ARRAY_OFF"] == [abi.RT3D_SRC_ARRAY_OFF]
+    # width, then height (and depth) right after it, as the programs read them
+    assert offsets["CU2D_WIDTH_OFF"] == [abi.CU2D_WIDTH_OFF, abi.CU2D_WIDTH_OFF + 8]
+    # CUDA_MEMCPY3D and CUDA_MEMCPY3D_PEER: the same offsets
+    assert offsets["CU3D_SRC_TYPE_OFF"] == [abi.CU3D_SRC_TYPE_OFF] * 2
+    assert offsets["CU3D_DST_TYPE_OFF"] == [abi.CU3D_DST_TYPE_OFF] * 2
+    w = abi.CU3D_WIDTH_OFF
+    assert offsets["CU3D_WIDTH_OFF"] == [w, w + 8, w + 16] * 2
+    assert offsets["CU3D_SIZE"] == [abi.CU3D_SIZE] * 2
+    assert offsets["CU_MEMORYTYPE"] == [abi.CU_MEMORYTYPE_HOST, abi.CU_MEMORYTYPE_DEVICE,
+                                        abi.CU_MEMORYTYPE_ARRAY, abi.CU_MEMORYTYPE_UNIFIED]
+
+
 def test_memcpy_kind_enum_and_names() -> None:
     assert abi.MEMCPY_KIND_NAMES == {0: "HostToHost", 1: "HostToDevice", 2: "DeviceToHost",
                                      3: "DeviceToDevice", 4: "Default"}

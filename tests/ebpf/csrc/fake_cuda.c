@@ -251,3 +251,30 @@ CUresult cuCtxPopCurrent_v2(CUcontext *pctx) {
   if (pctx) *pctx = ctx_stack[ctx_depth];
   return 0;
 }
+
+/* Strided, 3D and peer copies do nothing; pinned host memory is malloc'd. */
+#define NOOP_COPY(name, ...)      \
+  CUresult name(__VA_ARGS__) {    \
+    FAIL_IF(#name);               \
+    return 0;                     \
+  }
+NOOP_COPY(cuMemcpy2D_v2, const CUDA_MEMCPY2D *p)
+NOOP_COPY(cuMemcpy2DUnaligned_v2, const CUDA_MEMCPY2D *p)
+NOOP_COPY(cuMemcpy2DAsync_v2, const CUDA_MEMCPY2D *p, CUstream s)
+NOOP_COPY(cuMemcpy3D_v2, const CUDA_MEMCPY3D *p)
+NOOP_COPY(cuMemcpy3DAsync_v2, const CUDA_MEMCPY3D *p, CUstream s)
+NOOP_COPY(cuMemcpy3DPeer, const CUDA_MEMCPY3D_PEER *p)
+NOOP_COPY(cuMemcpy3DPeerAsync, const CUDA_MEMCPY3D_PEER *p, CUstream s)
+NOOP_COPY(cuMemcpyPeer, CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n)
+NOOP_COPY(cuMemcpyPeerAsync, CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc,
+          size_t n, CUstream st)
+CUresult cuMemHostAlloc(void **pp, size_t n, unsigned int flags) {
+  FAIL_IF("cuMemHostAlloc");
+  (void)flags;
+  *pp = malloc(n ? n : 1);
+  return *pp ? 0 : 2;
+}
+CUresult cuMemAllocHost_v2(void **pp, size_t n) {
+  FAIL_IF("cuMemAllocHost_v2");
+  return cuMemHostAlloc(pp, n, 0);
+}

@@ -100,3 +100,112 @@ cudaError_t cudaDeviceGetPCIBusId(char *pciBusId, int len, int device) {
   FAIL_IF("cudaDeviceGetPCIBusId");
   return cuDeviceGetPCIBusId(pciBusId, len, device) == 0 ? 0 : cudaErrorInvalidDevice;
 }
+
+/* Strided, 3D and peer copies through the driver's descriptors, as the real runtime
+ * does: those driver calls are made inside the runtime call and are not counted again. */
+static CUmemorytype src_type(enum cudaMemcpyKind k) {
+  return k == cudaMemcpyDeviceToHost || k == cudaMemcpyDeviceToDevice ? CU_MEMORYTYPE_DEVICE
+         : k == cudaMemcpyDefault ? CU_MEMORYTYPE_UNIFIED : CU_MEMORYTYPE_HOST;
+}
+static CUmemorytype dst_type(enum cudaMemcpyKind k) {
+  return k == cudaMemcpyHostToDevice || k == cudaMemcpyDeviceToDevice ? CU_MEMORYTYPE_DEVICE
+         : k == cudaMemcpyDefault ? CU_MEMORYTYPE_UNIFIED : CU_MEMORYTYPE_HOST;
+}
+static CUresult copy_2d(size_t w, size_t h, enum cudaMemcpyKind k, int async, cudaStream_t s) {
+  CUDA_MEMCPY2D c;
+  memset(&c, 0, sizeof c);
+  c.srcMemoryType = src_type(k);
+  c.dstMemoryType = dst_type(k);
+  c.WidthInBytes = w;
+  c.Height = h;
+  return async ? cuMemcpy2DAsync_v2(&c, (CUstream)s) : cuMemcpy2D_v2(&c);
+}
+cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitch, size_t w,
+                         size_t h, enum cudaMemcpyKind k) {
+  FAIL_IF("cudaMemcpy2D");
+  (void)dst; (void)dpitch; (void)src; (void)spitch;
+  return copy_2d(w, h, k, 0, NULL);
+}
+cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch,
+                              size_t w, size_t h, enum cudaMemcpyKind k, cudaStream_t s) {
+  FAIL_IF("cudaMemcpy2DAsync");
+  (void)dst; (void)dpitch; (void)src; (void)spitch;
+  return copy_2d(w, h, k, 1, s);
+}
+cudaError_t cudaMemcpy2DToArray(cudaArray_t dst, size_t wo, size_t ho, const void *src,
+                                size_t spitch, size_t w, size_t h, enum cudaMemcpyKind k) {
+  FAIL_IF("cudaMemcpy2DToArray");
+  (void)dst; (void)wo; (void)ho; (void)src; (void)spitch;
+  return copy_2d(w, h, k, 0, NULL);
+}
+cudaError_t cudaMemcpy2DToArrayAsync(cudaArray_t dst, size_t wo, size_t ho, const void *src,
+                                     size_t spitch, size_t w, size_t h,
+                                     enum cudaMemcpyKind k, cudaStream_t s) {
+  FAIL_IF("cudaMemcpy2DToArrayAsync");
+  (void)dst; (void)wo; (void)ho; (void)src; (void)spitch;
+  return copy_2d(w, h, k, 1, s);
+}
+cudaError_t cudaMemcpy2DFromArray(void *dst, size_t dpitch, cudaArray_const_t src, size_t wo,
+                                  size_t ho, size_t w, size_t h, enum cudaMemcpyKind k) {
+  FAIL_IF("cudaMemcpy2DFromArray");
+  (void)dst; (void)dpitch; (void)src; (void)wo; (void)ho;
+  return copy_2d(w, h, k, 0, NULL);
+}
+cudaError_t cudaMemcpy2DFromArrayAsync(void *dst, size_t dpitch, cudaArray_const_t src,
+                                       size_t wo, size_t ho, size_t w, size_t h,
+                                       enum cudaMemcpyKind k, cudaStream_t s) {
+  FAIL_IF("cudaMemcpy2DFromArrayAsync");
+  (void)dst; (void)dpitch; (void)src; (void)wo; (void)ho;
+  return copy_2d(w, h, k, 1, s);
+}
+cudaError_t cudaMemcpy2DArrayToArray(cudaArray_t dst, size_t wod, size_t hod,
+                                     cudaArray_const_t src, size_t wos, size_t hos, size_t w,
+                                     size_t h, enum cudaMemcpyKind k) {
+  FAIL_IF("cudaMemcpy2DArrayToArray");
+  (void)dst; (void)wod; (void)hod; (void)src; (void)wos; (void)hos;
+  return copy_2d(w, h, k, 0, NULL);
+}
+static CUresult copy_3d(const struct cudaMemcpy3DParms *p, int async, cudaStream_t s) {
+  CUDA_MEMCPY3D c;
+  memset(&c, 0, sizeof c);
+  c.srcMemoryType = p->srcArray ? CU_MEMORYTYPE_ARRAY : src_type(p->kind);
+  c.dstMemoryType = p->dstArray ? CU_MEMORYTYPE_ARRAY : dst_type(p->kind);
+  c.WidthInBytes = p->extent.width; /* elements of an array: its element size is 1 here */
+  c.Height = p->extent.height;
+  c.Depth = p->extent.depth;
+  return async ? cuMemcpy3DAsync_v2(&c, (CUstream)s) : cuMemcpy3D_v2(&c);
+}
+cudaError_t cudaMemcpy3D(const struct cudaMemcpy3DParms *p) {
+  FAIL_IF("cudaMemcpy3D"); return copy_3d(p, 0, NULL); }
+cudaError_t cudaMemcpy3DAsync(const struct cudaMemcpy3DParms *p, cudaStream_t s) {
+  FAIL_IF("cudaMemcpy3DAsync"); return copy_3d(p, 1, s); }
+static CUresult copy_3d_peer(const struct cudaMemcpy3DPeerParms *p, int async,
+                             cudaStream_t s) {
+  CUDA_MEMCPY3D_PEER c;
+  memset(&c, 0, sizeof c);
+  c.srcMemoryType = p->srcArray ? CU_MEMORYTYPE_ARRAY : CU_MEMORYTYPE_DEVICE;
+  c.dstMemoryType = p->dstArray ? CU_MEMORYTYPE_ARRAY : CU_MEMORYTYPE_DEVICE;
+  c.WidthInBytes = p->extent.width;
+  c.Height = p->extent.height;
+  c.Depth = p->extent.depth;
+  return async ? cuMemcpy3DPeerAsync(&c, (CUstream)s) : cuMemcpy3DPeer(&c);
+}
+cudaError_t cudaMemcpy3DPeer(const struct cudaMemcpy3DPeerParms *p) {
+  FAIL_IF("cudaMemcpy3DPeer"); return copy_3d_peer(p, 0, NULL); }
+cudaError_t cudaMemcpy3DPeerAsync(const struct cudaMemcpy3DPeerParms *p, cudaStream_t s) {
+  FAIL_IF("cudaMemcpy3DPeerAsync"); return copy_3d_peer(p, 1, s); }
+cudaError_t cudaMemcpyPeer(void *dst, int dd, const void *src, int sd, size_t n) {
+  FAIL_IF("cudaMemcpyPeer");
+  (void)dd; (void)sd;
+  return cuMemcpyPeer((CUdeviceptr)dst, NULL, (CUdeviceptr)src, NULL, n);
+}
+cudaError_t cudaMemcpyPeerAsync(void *dst, int dd, const void *src, int sd, size_t n,
+                                cudaStream_t s) {
+  FAIL_IF("cudaMemcpyPeerAsync");
+  (void)dd; (void)sd;
+  return cuMemcpyPeerAsync((CUdeviceptr)dst, NULL, (CUdeviceptr)src, NULL, n, (CUstream)s);
+}
+cudaError_t cudaMallocHost(void **p, size_t n) {
+  FAIL_IF("cudaMallocHost"); return cuMemHostAlloc(p, n, 0); }
+cudaError_t cudaHostAlloc(void **p, size_t n, unsigned int flags) {
+  FAIL_IF("cudaHostAlloc"); return cuMemHostAlloc(p, n, flags); }

@@ -15,6 +15,31 @@ int main(void) {
   printf("CULCFG_SMEM_OFF %zu\n", offsetof(CUlaunchConfig, sharedMemBytes));
   printf("CULCFG_STREAM_OFF %zu\n", offsetof(CUlaunchConfig, hStream));
   printf("DIM3_SIZE %zu\n", sizeof(dim3));
+  printf("RT3D_SRC_ARRAY_OFF %zu\n", offsetof(struct cudaMemcpy3DParms, srcArray));
+  printf("RT3D_DST_ARRAY_OFF %zu\n", offsetof(struct cudaMemcpy3DParms, dstArray));
+  printf("RT3D_EXTENT_OFF %zu\n", offsetof(struct cudaMemcpy3DParms, extent));
+  printf("RT3D_KIND_OFF %zu\n", offsetof(struct cudaMemcpy3DParms, kind));
+  printf("RT3D_SIZE %zu\n", sizeof(struct cudaMemcpy3DParms));
+  printf("RT3DPEER_SRC_ARRAY_OFF %zu\n", offsetof(struct cudaMemcpy3DPeerParms, srcArray));
+  printf("RT3DPEER_DST_ARRAY_OFF %zu\n", offsetof(struct cudaMemcpy3DPeerParms, dstArray));
+  printf("RT3DPEER_EXTENT_OFF %zu\n", offsetof(struct cudaMemcpy3DPeerParms, extent));
+  printf("RT3DPEER_SIZE %zu\n", sizeof(struct cudaMemcpy3DPeerParms));
+  printf("CU2D_SRC_TYPE_OFF %zu\n", offsetof(CUDA_MEMCPY2D, srcMemoryType));
+  printf("CU2D_DST_TYPE_OFF %zu\n", offsetof(CUDA_MEMCPY2D, dstMemoryType));
+  printf("CU2D_WIDTH_OFF %zu %zu\n", offsetof(CUDA_MEMCPY2D, WidthInBytes),
+         offsetof(CUDA_MEMCPY2D, Height));
+  printf("CU2D_SIZE %zu\n", sizeof(CUDA_MEMCPY2D));
+  printf("CU3D_SRC_TYPE_OFF %zu %zu\n", offsetof(CUDA_MEMCPY3D, srcMemoryType),
+         offsetof(CUDA_MEMCPY3D_PEER, srcMemoryType));
+  printf("CU3D_DST_TYPE_OFF %zu %zu\n", offsetof(CUDA_MEMCPY3D, dstMemoryType),
+         offsetof(CUDA_MEMCPY3D_PEER, dstMemoryType));
+  printf("CU3D_WIDTH_OFF %zu %zu %zu %zu %zu %zu\n", offsetof(CUDA_MEMCPY3D, WidthInBytes),
+         offsetof(CUDA_MEMCPY3D, Height), offsetof(CUDA_MEMCPY3D, Depth),
+         offsetof(CUDA_MEMCPY3D_PEER, WidthInBytes), offsetof(CUDA_MEMCPY3D_PEER, Height),
+         offsetof(CUDA_MEMCPY3D_PEER, Depth));
+  printf("CU3D_SIZE %zu %zu\n", sizeof(CUDA_MEMCPY3D), sizeof(CUDA_MEMCPY3D_PEER));
+  printf("CU_MEMORYTYPE %d %d %d %d\n", CU_MEMORYTYPE_HOST, CU_MEMORYTYPE_DEVICE,
+         CU_MEMORYTYPE_ARRAY, CU_MEMORYTYPE_UNIFIED);
   return 0;
 }
 
@@ -53,4 +78,30 @@ void print_registers(void) {
   show("cuLaunchKernel");
   ((memcpy_fn)(void *)capture)((void *)0x1, (const void *)0x2, 12345, cudaMemcpyDeviceToHost);
   show("cudaMemcpy");
+  /* width 111, height 222, kind DeviceToHost, stream 0x5000 */
+  ((cudaError_t(*)(void *, size_t, const void *, size_t, size_t, size_t, enum cudaMemcpyKind,
+                   cudaStream_t))(void *)capture)((void *)0x1, 64, (const void *)0x2, 64, 111,
+                                                  222, cudaMemcpyDeviceToHost,
+                                                  (cudaStream_t)0x5000);
+  show("cudaMemcpy2DAsync");
+  ((cudaError_t(*)(cudaArray_t, size_t, size_t, const void *, size_t, size_t, size_t,
+                   enum cudaMemcpyKind, cudaStream_t))(void *)capture)(
+      (cudaArray_t)0x1, 1, 2, (const void *)0x2, 64, 111, 222, cudaMemcpyDeviceToHost,
+      (cudaStream_t)0x5000);
+  show("cudaMemcpy2DToArrayAsync");
+  ((cudaError_t(*)(void *, size_t, cudaArray_const_t, size_t, size_t, size_t, size_t,
+                   enum cudaMemcpyKind, cudaStream_t))(void *)capture)(
+      (void *)0x1, 64, (cudaArray_const_t)0x2, 1, 2, 111, 222, cudaMemcpyDeviceToHost,
+      (cudaStream_t)0x5000);
+  show("cudaMemcpy2DFromArrayAsync");
+  ((cudaError_t(*)(cudaArray_t, size_t, size_t, cudaArray_const_t, size_t, size_t, size_t,
+                   size_t, enum cudaMemcpyKind))(void *)capture)(
+      (cudaArray_t)0x1, 1, 2, (cudaArray_const_t)0x2, 3, 4, 111, 222, cudaMemcpyDeviceToHost);
+  show("cudaMemcpy2DArrayToArray");
+  ((cudaError_t(*)(void *, int, const void *, int, size_t, cudaStream_t))(void *)capture)(
+      (void *)0x1, 1, (const void *)0x2, 0, 12345, (cudaStream_t)0x5000);
+  show("cudaMemcpyPeerAsync");
+  ((CUresult(*)(CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t, CUstream))(void *)
+       capture)(0x1, (CUcontext)0x3, 0x2, (CUcontext)0x4, 12345, (CUstream)0x5000);
+  show("cuMemcpyPeerAsync");
 }
