@@ -343,3 +343,14 @@ def test_family_sources_name_exactly_the_probed_calls() -> None:
     kinds = set(abi.LAUNCH_PROGRAMS + abi.COPY_PROGRAMS + abi.ALLOC_PROGRAMS
                 + abi.SYNC_PROGRAMS)
     assert kinds <= set(abi.ENTRY_PROGRAMS)
+
+
+def test_docs_state_how_many_probes_the_real_libraries_take() -> None:
+    # Shutdown time on kernels before 6.6 is 0.11 s per probe: docs/ebpf.md says how
+    # many NVIDIA's own libraries take, from the symbols recorded from them.
+    sides = [line.split()[1] for line in
+             (REPO / "tests/fixtures/cuda/real-symbols.txt").read_text().splitlines()
+             if line and not line.startswith("#")]
+    rt, drv = 2 * sides.count("runtime"), 2 * sides.count("driver")
+    doc = " ".join((REPO / "docs" / "ebpf.md").read_text().split())
+    assert f"take {rt + drv} probes together ({rt} and {drv})" in doc
