@@ -243,6 +243,7 @@ def fleet() -> Board:
     b.add(timeseries("Memory controller utilization", "percentunit",
                      (f"hw_gpu_memory_controller_utilization_ratio{{{SEL}}}",
                       "{{host_name}} GPU {{gpu_index}}")))
+    _efficiency(b)
     b.row("Memory")
     b.add(timeseries("Memory used", "bytes",
                      (f"hw_gpu_memory_usage_bytes{{{SEL}}}", "{{host_name}} GPU {{gpu_index}}")))
@@ -324,6 +325,63 @@ def fleet() -> Board:
     b.add(timeseries("GPU answering", "none",
                      (f"hw_gpu_up{{{SEL}}}", "{{host_name}} GPU {{gpu_index}}")))
     return b
+
+
+def _efficiency(b: Board) -> None:
+    """Utilization (a kernel was running) against what the GPU really did: SM, tensor and
+    DRAM activity from GPM (NVIDIA Hopper and newer; other GPUs have none)."""
+    # One row per GPU (or MIG GPU instance): the four queries reduced to the same labels,
+    # merged into one table.
+    by = "max by (host_name, gpu_index, hw_id, gpu_mig_profile, gpu_instance_id)"
+    columns = {"Value #A": "utilization", "Value #B": "SM active", "Value #C": "tensor active",
+               "Value #D": "DRAM active"}
+    whole = f'hw_parent="", gpu_instance_id="", {SEL}'  # MIG instances would count twice
+    b.row("Efficiency")
+    b.add(table("Utilization against SM, tensor and DRAM activity", "percentunit",
+                (f'{by} (hw_gpu_utilization_ratio{{hw_gpu_task="general", {SEL}}})', ""),
+                (f"{by} (hw_gpu_sm_active_ratio{{{SEL}}})", ""),
+                (f"{by} (hw_gpu_tensor_active_ratio{{{SEL}}})", ""),
+                (f"{by} (hw_gpu_dram_active_ratio{{{SEL}}})", ""),
+                description="Utilization is the share of time any kernel ran; SM active the "
+                "share of SMs busy (DCGM_FI_PROF_SM_ACTIVE), tensor active any tensor pipe "
+                "(DCGM_FI_PROF_PIPE_TENSOR_ACTIVE), DRAM active the memory bandwidth used "
+                "(DCGM_FI_PROF_DRAM_ACTIVE). High utilization with low SM activity: the GPU "
+                "is held by little work. GPM values need NVIDIA Hopper or newer.")
+          .with_transformation(dashboard.DataTransformerConfig(id_val="merge", options={}))
+          .with_transformation(dashboard.DataTransformerConfig(
+              id_val="organize", options={"renameByName": columns})), 24, 8)
+    b.add(timeseries("Utilization against activity by team (5 min average)", "percentunit",
+                     ('team:hw_gpu_utilization_ratio:avg5m{team=~"$team"}',
+                      "{{team}} utilization"),
+                     ('team:hw_gpu_sm_active_ratio:avg5m{team=~"$team"}', "{{team}} SM active"),
+                     ('team:hw_gpu_tensor_active_ratio:avg5m{team=~"$team"}',
+                      "{{team}} tensor active"),
+                     (f"avg by (team) (avg_over_time(hw_gpu_dram_active_ratio{{{whole}}}[5m]))",
+                      "{{team}} DRAM active")))
+    b.add(timeseries("SM active per GPU", "percentunit",
+                     (f"hw_gpu_sm_active_ratio{{{SEL}}}",
+                      "{{host_name}} GPU {{gpu_index}} {{gpu_mig_profile}}{{gpu_instance_id}}"),
+                     description="Share of SMs busy, averaged over the time since the "
+                     "previous scrape. MIG: per GPU instance."))
+    b.add(timeseries("Tensor and DRAM active per GPU", "percentunit",
+                     (f"hw_gpu_tensor_active_ratio{{{SEL}}}",
+                      "{{host_name}} GPU {{gpu_index}} {{gpu_mig_profile}}{{gpu_instance_id}} "
+                      "tensor"),
+                     (f"hw_gpu_dram_active_ratio{{{SEL}}}",
+                      "{{host_name}} GPU {{gpu_index}} {{gpu_mig_profile}}{{gpu_instance_id}} "
+                      "DRAM")))
+    b.add(timeseries("Pipe activity per GPU", "percentunit",
+                     (f"hw_gpu_pipe_active_ratio{{{SEL}}}",
+                      "{{host_name}} GPU {{gpu_index}} {{gpu_instance_id}} {{hw_gpu_pipe}}"),
+                     description="Share of time each pipe was busy: tensor_hmma (FP16/BF16 "
+                     "tensor cores), tensor_imma (integer), tensor_dfma/tensor_dmma "
+                     "(FP64), and the fp64, fp32, fp16 and integer pipes outside tensor "
+                     "cores."))
+    b.add(timeseries("SM occupancy per GPU", "percentunit",
+                     (f"hw_gpu_sm_occupancy_ratio{{{SEL}}}",
+                      "{{host_name}} GPU {{gpu_index}} {{gpu_mig_profile}}{{gpu_instance_id}}"),
+                     description="Resident warps over the SMs' maximum "
+                     "(DCGM_FI_PROF_SM_OCCUPANCY)."))
 
 
 def cost() -> Board:

@@ -49,8 +49,9 @@ IDLE_GPU = 4
 def scenario(pid: int, workloads: dict[int, list[Workload]] | None = None) -> fake.Scenario:
     """Five H100s: 0 busy with a critical XID, 1 nearly idle, 2 thermally throttled with
     XID 63 (row remapping recorded),
-    3 with an uncorrected ECC error and its memory almost full, 4 idle (held by a pod in
-    the end-to-end test). The processes: `workloads` by GPU, else this `pid` on GPU 0."""
+    3 with an uncorrected ECC error and its memory almost full, held busy by little work
+    (utilization 97 %, SM activity 4 %: GpuBusyButSmIdle), 4 idle (held by a pod in the
+    end-to-end test). The processes: `workloads` by GPU, else this `pid` on GPU 0."""
     devices = [fake.h100(i) for i in range(5)]
     devices[0].xids = [79]
     for i, procs in (workloads or {0: [Workload(pid, 30 * GIB, True)]}).items():
@@ -63,7 +64,24 @@ def scenario(pid: int, workloads: dict[int, list[Workload]] | None = None) -> fa
     devices[2].xids = [63]
     devices[3].values["ecc_uncorrected"] = 1
     devices[3].values["memory_used"] = 78 * GIB  # 97.5% of 80 GiB
+    devices[3].values["util_gpu"] = 97
+    for i, d in enumerate(devices):
+        d.gpm.update(_gpm(i, int(d.values["util_gpu"])))
     return fake.Scenario(devices=devices)
+
+
+def _gpm(i: int, util: int) -> dict[int, float | str]:
+    """GPM activity that goes with a utilization: a training step's share of it, except
+    GPU 3, whose one small kernel keeps it "busy" while its SMs idle."""
+    if i == 3:
+        return {fake.GPM_GRAPHICS_UTIL: util, fake.GPM_SM_UTIL: 4, fake.GPM_SM_OCCUPANCY: 1,
+                fake.GPM_ANY_TENSOR_UTIL: 0.5, fake.GPM_HMMA_TENSOR_UTIL: 0.5,
+                fake.GPM_DRAM_BW_UTIL: 2}
+    return {fake.GPM_GRAPHICS_UTIL: util, fake.GPM_SM_UTIL: round(util * 0.75, 2),
+            fake.GPM_SM_OCCUPANCY: round(util * 0.35, 2),
+            fake.GPM_ANY_TENSOR_UTIL: round(util * 0.5, 2),
+            fake.GPM_HMMA_TENSOR_UTIL: round(util * 0.45, 2),
+            fake.GPM_DRAM_BW_UTIL: round(util * 0.55, 2)}
 
 
 @dataclass
@@ -127,10 +145,12 @@ class LoadDriver(threading.Thread):
     def step(self, t: float) -> None:
         now_us = int(time.time() * 1e6)
         for i, d in enumerate(self.fleet.scenario.devices):
-            # the nearly idle one (GPU 1) stays so, the idle one (GPU 4) idle
-            util = 3 if i == 1 else 0 if i == IDLE_GPU else int(70 + 25 * math.sin(t / 20 + i))
+            # the nearly idle one (GPU 1) stays so, the idle one (GPU 4) idle, GPU 3 busy
+            util = (3 if i == 1 else 0 if i == IDLE_GPU else 97 if i == 3
+                    else int(70 + 25 * math.sin(t / 20 + i)))
             power_mw = 70_000 if i == IDLE_GPU else 100_000 + util * 6_000
             d.values["util_gpu"] = util
+            d.gpm.update(_gpm(i, util))
             d.values["power_usage_mw"] = power_mw
             # One utilization sample per process and step, as NVML's ring buffer keeps
             # them (the last ten seconds).

@@ -195,3 +195,17 @@ def _wait_am(stack: Stack, want: set[tuple[str, str]]) -> list[dict[str, Any]]:
             return list(alerts)
         assert time.monotonic() < deadline, (alerts, stack.vmalert.logs()[-3000:])
         time.sleep(1)
+
+
+def test_gpm_activity_tells_busy_from_working_on_both_servers(stack: Stack) -> None:
+    """GPU 3 runs kernels 97 % of the time with 4 % of its SMs active: the condition of
+    GpuBusyButSmIdle holds for it alone, and the fleet's SM activity by team is what the
+    GPUs report."""
+    busy = next(r.expr for r in RULES if r.alert == "GpuBusyButSmIdle")
+    for name, s in stack.servers.items():
+        assert {r["metric"]["gpu_index"] for r in s.query(busy)} == {"3"}, name
+        sm = s.wait_for("team:hw_gpu_sm_active_ratio:avg5m", 90)
+        assert len(sm) == 1 and 0 < float(sm[0]["value"][1]) < 1, (name, sm)
+        per_gpu = {r["metric"]["gpu_index"]: float(r["value"][1])
+                   for r in s.query('hw_gpu_sm_active_ratio{hw_vendor="nvidia"}')}
+        assert per_gpu["3"] == 0.04 and per_gpu["4"] == 0.0, (name, per_gpu)
