@@ -468,7 +468,7 @@ def who_pays(b: Board) -> None:
                 ("slurm_job_id:process_gpu_energy_cost_dollars:increase1d", "energy")), 12)
     b.add(table("GPUs held but idle", "currencyUSD",
                 (f"k8s_pod_name:gpu_allocated_idle_cost_dollars_per_hour{{{SEL}}}", ""),
-                description="Allocated to a pod, utilization at zero, power "
+                description="Allocated to a pod, no SM activity (or utilization), power "
                 "under 30% of the limit: dollars per hour each costs. GpuAllocatedButIdle "
                 "fires after 30 minutes."), 12)
     b.add(timeseries("Unattributed energy by reason", "watt",

@@ -285,7 +285,6 @@ def inputs(
     readings: Sequence[GpuReading],
     consumers: Mapping[str, Sequence[Consumer] | None],
     attribution: Attribution,
-    mig_activity: Mapping[str, float] | None = None,
 ) -> list[Gpu]:
     """One scrape's devices as the attribution takes them.
 
@@ -293,8 +292,8 @@ def inputs(
     processes in it; AMD and Intel devices may be named by PCI address), None for a device
     whose list it could not read. A GPU is attributed when its processes (or its MIG
     devices') were read this scrape, or when it was attributed before (then its processes
-    are unknown this scrape, not absent). `mig_activity`: GPM engine activity (0..1) by MIG
-    device key."""
+    are unknown this scrape, not absent). A MIG device's activity is the GPM engine activity
+    of its GPU instance (its own, or the one it shares with other compute instances)."""
     children: dict[str, list[GpuReading]] = {}
     for r in readings:
         if r.identity.parent_hw_id is not None:
@@ -314,10 +313,14 @@ def inputs(
         if migs:
             out.append(Gpu(ident.key, energy, None, [
                 MigDevice(m.identity.key, compute_slices(m.identity.mig_profile),
-                          consumers.get(m.identity.key),
-                          (mig_activity or {}).get(m.identity.key))
+                          consumers.get(m.identity.key), _engine_activity(m))
                 for m in migs]))
         else:
             found = next((consumers[n] for n in names if n in consumers), None)
             out.append(Gpu(ident.key, energy, found))
     return out
+
+
+def _engine_activity(mig: GpuReading) -> float | None:
+    gpm = mig.gpm or mig.gpu_instance_gpm
+    return None if gpm is None else gpm.engine_active_ratio

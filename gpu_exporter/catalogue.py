@@ -346,7 +346,7 @@ PROCESS_GPU_ENERGY = Counter(
     "first seen on the GPU.", P, ProcessLabels, unit="joules",
     sources="increase of hw_gpu_energy_consumed_joules_total between scrapes, shared by the "
     "sum of smUtil of each process's NVML utilization samples (DRM fdinfo engine busy time "
-    "for AMD and Intel); MIG: by compute slices, then per process "
+    "for AMD and Intel); MIG: by GPM engine activity or compute slices, then per process "
     "(docs/attribution.md)",
 )
 

@@ -130,3 +130,6 @@ class GpuReading:
     # those of its MIG GPU instances shared by several compute instances, by instance id.
     gpm: GpmReading | None = None
     gpm_instances: Mapping[int, GpmReading] = field(default_factory=dict)
+    # A MIG device sharing its GPU instance with other compute instances: that instance's
+    # GPM (emitted once, on the parent's gpm_instances; here for the energy split).
+    gpu_instance_gpm: GpmReading | None = None

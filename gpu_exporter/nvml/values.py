@@ -83,8 +83,8 @@ def read(dev: NvmlDevice, xids: Mapping[int, int] | None = None) -> DeviceResult
     try:
         gpm = dev.gpm.read(time.monotonic, call.failures) if dev.gpm is not None else ()
         own = {s.device: s.reading for s in gpm if s.gpu_instance_id is None}
-        reading = _read_physical(call, dev, xids, own.get(dev.identity.key), {
-            s.gpu_instance_id: s.reading for s in gpm if s.gpu_instance_id is not None})
+        shared = {s.gpu_instance_id: s.reading for s in gpm if s.gpu_instance_id is not None}
+        reading = _read_physical(call, dev, xids, own.get(dev.identity.key), shared)
     except DeviceLost as exc:
         call.failures.append((f"{dev.identity.key}:lost",
                               f"GPU {dev.identity.key} is lost: {exc}"))
@@ -94,9 +94,12 @@ def read(dev: NvmlDevice, xids: Mapping[int, int] | None = None) -> DeviceResult
         mig_call = Calls(mig.identity.key)
         try:
             used, total = memory(mig_call, mig.handle)
+            gi = mig.instance[0] if mig.instance else None
             readings.append(GpuReading(mig.identity, up=True, memory_usage_bytes=used,
                                        memory_limit_bytes=total, state=reading.state,
-                                       gpm=own.get(mig.identity.key)))
+                                       gpm=own.get(mig.identity.key),
+                                       gpu_instance_gpm=shared.get(gi) if gi is not None
+                                       else None))
         except DeviceLost:
             readings.append(GpuReading(mig.identity, up=False, state="failed"))
         call.failures.extend(mig_call.failures)

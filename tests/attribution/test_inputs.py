@@ -3,6 +3,8 @@ which GPUs take part, MIG devices under their GPU, compute slices from the profi
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from gpu_exporter.attribution import (
@@ -13,14 +15,14 @@ from gpu_exporter.attribution import (
     compute_slices,
     inputs,
 )
-from gpu_exporter.records import GpuIdentity, GpuReading
+from gpu_exporter.records import GpmReading, GpuIdentity, GpuReading
 
 
 def reading(key: str, energy: float | None = 10.0, *, pci: str | None = None,
             parent: str | None = None, profile: str | None = None,
-            up: bool = True) -> GpuReading:
+            up: bool = True, **gpm: Any) -> GpuReading:
     ident = GpuIdentity(key, "", "nvidia", pci, (0,), parent_hw_id=parent, mig_profile=profile)
-    return GpuReading(ident, up, energy_consumed_joules=energy if up else None)
+    return GpuReading(ident, up, energy_consumed_joules=energy if up else None, **gpm)
 
 
 A = Consumer("a", 1.0, 5)
@@ -52,8 +54,18 @@ def test_a_lost_gpu_has_no_energy_reading() -> None:
 
 
 def test_mig_devices_go_under_their_gpu_with_slices_and_gpm_activity() -> None:
-    readings = [reading("GPU-P"), reading("MIG-1", None, parent="GPU-P", profile="3g.40gb"),
-                reading("MIG-2", None, parent="GPU-P", profile="1g.10gb")]
-    got = inputs(readings, {"MIG-1": [A], "MIG-2": None}, Attribution(), {"MIG-1": 0.5})
+    # MIG-1 alone in its GPU instance (its own GPM); MIG-2 and MIG-3 share one (its GPM is
+    # the instance's); MIG-4 has none.
+    own, shared = GpmReading(1.0, engine_active_ratio=0.5), GpmReading(1.0, 0.25)
+    readings = [reading("GPU-P", gpm_instances={2: shared}),
+                reading("MIG-1", None, parent="GPU-P", profile="3g.40gb", gpm=own),
+                reading("MIG-2", None, parent="GPU-P", profile="1c.2g.20gb",
+                        gpu_instance_gpm=shared),
+                reading("MIG-3", None, parent="GPU-P", profile="1c.2g.20gb",
+                        gpu_instance_gpm=shared),
+                reading("MIG-4", None, parent="GPU-P", profile="1g.10gb")]
+    got = inputs(readings, {"MIG-1": [A], "MIG-2": None}, Attribution())
     assert got == [Gpu("GPU-P", 10.0, None, [MigDevice("MIG-1", 3, [A], 0.5),
-                                             MigDevice("MIG-2", 1, None, None)])]
+                                             MigDevice("MIG-2", 1, None, 0.25),
+                                             MigDevice("MIG-3", 1, None, 0.25),
+                                             MigDevice("MIG-4", 1, None, None)])]
