@@ -12,6 +12,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from gpu_exporter.collectors import REGISTRY
 from gpu_exporter.collectors.ebpf import EbpfCollector
+from gpu_exporter.collectors.processes import MAX_PER_GPU_OPTION
 from gpu_exporter.ebpf.reading import CudaActivity, Launches
 from gpu_exporter.exporter import GpuExporterCollector, make_registry
 from gpu_exporter.settings import Settings
@@ -59,8 +60,8 @@ def cuda_activity(series: int) -> CudaActivity:
     ]
     return CudaActivity(launches=launches, grid_size=(), block_size=(),
                         kernel_duration_seconds=(), copies_bytes=(), allocations_bytes=(),
-                        sync_duration_seconds=(), dropped={}, attached_libraries=(),
-                        kernel_names_overflow=0)
+                        sync_duration_seconds=(), errors=(), dropped={},
+                        attached_libraries=(), kernel_names_overflow=0)
 
 
 class RecordedActivity:
@@ -96,7 +97,10 @@ def in_process(sc: fake.Scenario, tmp: Path, kernel_series: int = 0,
         sysfs=str(empty_sysfs),
         scrape_timeout_seconds=30.0,
         enabled_collectors=frozenset(collectors),
-        options={o.name: o.default for cls in REGISTRY for o in cls.options},
+        # Every process its own series, as before the cap (default 16 a GPU): the
+        # benchmarks scale with processes, and compare with runs from before it.
+        options={**{o.name: o.default for cls in REGISTRY for o in cls.options},
+                 MAX_PER_GPU_OPTION.name: 10_000},
     )
     if kernel_series:
         # start() keeps an engine it already has; collect() renders what it reads.

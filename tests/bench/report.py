@@ -79,12 +79,13 @@ def _breakdown(r: Mapping[str, Any]) -> list[str]:
 
 BREAKDOWN_LABELS = (
     ("exporter_scrape", "whole scrape (`generate_latest` of the exporter's registry)"),
-    ("nvidia_collect", "nvidia collector `collect()` alone"),
+    ("nvidia_collect", "nvidia collector `collect()` alone (readings and their `hw_gpu_*` "
+     "samples)"),
     ("ebpf_collect", "ebpf collector `collect()` alone (2,000 launch series)"),
     ("processes_collect", "processes collector `collect()` alone"),
     ("processes_proc_lookups", "  in it: /proc lookups of the 200 NVML pids (alone)"),
     ("processes_nvml", "  in it: NVML process queries (alone)"),
-    ("merge", "merge: device families, label joins, self-metrics (`_render`)"),
+    ("merge", "merge: label joins, self-metrics, prometheus_client families (`_render`)"),
     ("render", "text rendering of the finished families"),
     ("orchestration", "rest: collector threads, hand-offs, GIL contention"),
     ("floor_nvml", "floor: NVML calls replayed"),

@@ -152,4 +152,4 @@ def _nvml_processes(processes: Any) -> None:
     sink = Sink("processes", time.monotonic() + 60)
     started = processes._start_nvidia(sink)
     assert started is not None
-    processes._finish_nvidia(sink, *started, {})
+    processes._finish_nvidia(sink, *started, {}, set())
