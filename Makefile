@@ -48,9 +48,9 @@ docs: venv
 	$(PY) -m gpu_exporter.docs > docs/metrics.md
 	$(PY) -m gpu_exporter.ebpf.probe_table docs/ebpf.md
 
-# The kubelet PodResources stubs are committed; regenerate after changing api.proto.
+# The kubelet PodResources messages are committed; regenerate after changing api.proto.
 podresources-stubs: venv
-	$(PY) -m grpc_tools.protoc -I. --python_out=. --grpc_python_out=. --pyi_out=. \
+	$(PY) -m grpc_tools.protoc -I. --python_out=. --pyi_out=. \
 		gpu_exporter/podresources/api.proto
 
 test: system-deps venv

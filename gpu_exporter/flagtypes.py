@@ -12,20 +12,31 @@ from __future__ import annotations
 import ipaddress
 import re
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 # Plain decimal numbers with an optional unit: no exponent, no inf/nan, no sign, no `_`
 # (all of which float() would take).
 _DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|s|m|h)?", re.ASCII)
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 _WHOLE = re.compile(r"\d+", re.ASCII)
+N = TypeVar("N", int, float)
 
 
 @dataclass(frozen=True)
-class Seconds:
-    """A duration in seconds from `low` to `high`: `5`, `0.5`, `5s`, `500ms`, `2m`, `1h`."""
+class _Bounded(Generic[N]):
+    low: N
+    high: N
 
-    low: float
-    high: float
+
+def _within(value: N, text: str, kind: _Bounded[N]) -> N:
+    if not kind.low <= value <= kind.high:
+        raise ValueError(f"{text!r} is out of range: {kind}")
+    return value
+
+
+@dataclass(frozen=True)
+class Seconds(_Bounded[float]):
+    """A duration in seconds from `low` to `high`: `5`, `0.5`, `5s`, `500ms`, `2m`, `1h`."""
 
     def __call__(self, text: str) -> float:
         text = str(text).strip()
@@ -33,30 +44,21 @@ class Seconds:
         if m is None:
             raise ValueError(f"{text!r} is not a duration: use seconds (5, 0.5) or a unit "
                              "(500ms, 5s, 2m, 1h)")
-        value = float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
-        if not self.low <= value <= self.high:
-            raise ValueError(f"{text!r} is out of range: {self}")
-        return value
+        return _within(float(m.group(1)) * _UNIT_SECONDS[m.group(2)], text, self)
 
     def __str__(self) -> str:
         return f"seconds, {self.low:g} to {self.high:g}"
 
 
 @dataclass(frozen=True)
-class Count:
+class Count(_Bounded[int]):
     """A whole number from `low` to `high`."""
-
-    low: int
-    high: int
 
     def __call__(self, text: str) -> int:
         text = str(text).strip()
         if not _WHOLE.fullmatch(text):
             raise ValueError(f"{text!r} is not a whole number")
-        value = int(text)
-        if not self.low <= value <= self.high:
-            raise ValueError(f"{text!r} is out of range: {self}")
-        return value
+        return _within(int(text), text, self)
 
     def __str__(self) -> str:
         return f"whole number, {self.low} to {self.high}"

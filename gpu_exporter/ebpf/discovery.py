@@ -108,9 +108,6 @@ class Scanner:
         self._judged: dict[FileId, bool] = {}
         self._self_pid = os.getpid()
 
-    def is_cuda(self, file: FileId) -> bool:
-        return bool(self._judged.get(file))
-
     def scan(self, between: Callable[[], None] | None = None) -> ScanResult:
         """Every process. `between` is called after each process (urgent work that
         should not wait for the whole scan)."""

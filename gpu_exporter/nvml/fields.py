@@ -61,11 +61,11 @@ FIELDS: tuple[Field, ...] = (
     Field("pcie_transmit_bytes", pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES),
     Field("pcie_receive_bytes", pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES),
     # AER-like counts of the GPU's PCIe link (drivers 550+, newer GPUs); elsewhere sysfs
-    Field("pcie_correctable", 173),  # NVML_FI_DEV_PCIE_COUNT_CORRECTABLE_ERRORS
-    Field("pcie_nonfatal", 179),  # NVML_FI_DEV_PCIE_COUNT_NON_FATAL_ERROR
-    Field("pcie_fatal", 180),  # NVML_FI_DEV_PCIE_COUNT_FATAL_ERROR
+    Field("pcie_correctable", pynvml.NVML_FI_DEV_PCIE_COUNT_CORRECTABLE_ERRORS),
+    Field("pcie_nonfatal", pynvml.NVML_FI_DEV_PCIE_COUNT_NON_FATAL_ERROR),
+    Field("pcie_fatal", pynvml.NVML_FI_DEV_PCIE_COUNT_FATAL_ERROR),
     # how many NVLinks the GPU has: discovery adds their rows (`nvml.nvlink`)
-    Field("nvlink_links", 91),  # NVML_FI_DEV_NVLINK_LINK_COUNT
+    Field("nvlink_links", pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT),
 )
 
 # One entry of the batch that a driver without the field (or not knowing its id) answers.

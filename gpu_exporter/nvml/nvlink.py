@@ -30,7 +30,6 @@ from gpu_exporter.collectors.base import Availability
 from gpu_exporter.nvml.calls import FIX_CHECK, FIX_UPDATE
 from gpu_exporter.nvml.fields import Field
 from gpu_exporter.records import (
-    NVLINK_STATES,
     Direction,
     NvlinkErrorType,
     NvlinkReading,
@@ -43,20 +42,30 @@ PER_LINK = Option(
     "Report NVLink traffic, states, replays and recoveries per link (label nvlink) "
     "instead of per GPU: up to 18 times the NVLink series.", is_flag=True)
 
-# Numbers, not pynvml's names: older bindings lack some, and the driver decides anyway.
-FI_LINK_COUNT = 91  # NVML_FI_DEV_NVLINK_LINK_COUNT
-FI_STATE = 165  # NVML_FI_DEV_NVLINK_GET_STATE
-FI_THROUGHPUT: Mapping[Direction, int] = {"transmit": 138, "receive": 139}  # KiB
+FI_STATE = pynvml.NVML_FI_DEV_NVLINK_GET_STATE
+FI_THROUGHPUT: Mapping[Direction, int] = {  # KiB
+    "transmit": pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
+    "receive": pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
+}
 FI_ERROR_TOTALS: Mapping[NvlinkErrorType, int] = {
-    "nvlink_crc_flit": 38,  # NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL
-    "nvlink_crc_data": 45,  # NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL
-    "nvlink_replay": 52,  # NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL
-    "nvlink_recovery": 59,  # NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL
-    "nvlink_ecc_data": 160,  # NVML_FI_DEV_NVLINK_ECC_DATA_ERROR_COUNT_TOTAL
+    "nvlink_crc_flit": pynvml.NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL,
+    "nvlink_crc_data": pynvml.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL,
+    "nvlink_replay": pynvml.NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL,
+    "nvlink_recovery": pynvml.NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL,
+    "nvlink_ecc_data": pynvml.NVML_FI_DEV_NVLINK_ECC_DATA_ERROR_COUNT_TOTAL,
 }
 FI_ERRORS_PER_LINK: Mapping[NvlinkErrorType, int] = {
-    "nvlink_replay": 161,  # NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY
-    "nvlink_recovery": 162,  # NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY
+    "nvlink_replay": pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY,
+    "nvlink_recovery": pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY,
+}
+# NVML's link states, as the `nvlink_state` label names them
+STATES: Mapping[int, NvlinkState] = {
+    pynvml.NVML_NVLINK_STATE_INACTIVE: "inactive",
+    pynvml.NVML_NVLINK_STATE_ACTIVE: "active",
+    pynvml.NVML_NVLINK_STATE_SLEEP: "sleep",
+    # NVML_NVLINK_STATE_ACTIVE_TRAFFIC_DISABLED: not yet named in 12.570, the oldest
+    # bindings of the range
+    3: "active_traffic_disabled",
 }
 ALL_LINKS = 0xFFFFFFFF
 _KIB = 1024
@@ -104,8 +113,9 @@ def decode(values: Mapping[str, float], links: int, per_link: bool) -> NvlinkRea
     states: dict[int, NvlinkState] = {}
     for link in range(links):
         code = values.get(_name("state", link))
-        if code is not None and 0 <= int(code) < len(NVLINK_STATES):
-            states[link] = NVLINK_STATES[int(code)]  # a state newer than these is left out
+        state = None if code is None else STATES.get(int(code))
+        if state is not None:  # a state newer than these is left out
+            states[link] = state
     io: dict[tuple[int | None, Direction], int] = {}
     errors: dict[tuple[int | None, NvlinkErrorType], int] = {}
     split = FI_ERRORS_PER_LINK if per_link else {}

@@ -54,10 +54,9 @@ class GpuProcess:
 class ProcessUtilization:
     device: str
     pid: int
-    # mean of the samples since the previous read, by engine; memory-controller share
-    # is not a hw_gpu_task and is kept apart
+    # mean of the samples since the previous read, by engine (NVML's memory-controller
+    # share is no hw_gpu_task and no family: not kept)
     utilization_ratio: Mapping[GpuTask, float]
-    memory_controller_ratio: float
     samples: int
 
 
@@ -140,17 +139,16 @@ def _utilization_since(dev: NvmlDevice, state: UtilizationState,
         if int(s.timeStamp) <= state.last_seen:
             continue  # the library should not return these; never count one twice
         newest = max(newest, int(s.timeStamp))
-        acc = sums.setdefault(int(s.pid), [0.0, 0.0, 0.0, 0.0, 0.0])
+        acc = sums.setdefault(int(s.pid), [0.0, 0.0, 0.0, 0.0])
         acc[0] += s.smUtil
         acc[1] += s.encUtil
         acc[2] += s.decUtil
-        acc[3] += s.memUtil
-        acc[4] += 1
+        acc[3] += 1
     state.last_seen = newest
     result = []
-    for pid, (sm, enc, dec, mem, n) in sorted(sums.items()):
+    for pid, (sm, enc, dec, n) in sorted(sums.items()):
         ratios: dict[GpuTask, float] = {
             "general": sm / n / 100.0, "encoder": enc / n / 100.0, "decoder": dec / n / 100.0,
         }
-        result.append(ProcessUtilization(uuid, pid, ratios, mem / n / 100.0, int(n)))
+        result.append(ProcessUtilization(uuid, pid, ratios, int(n)))
     return result

@@ -21,11 +21,11 @@ from gpu_exporter.readers.pci import normalize_pci_address
 from gpu_exporter.readers.sysfs import Unreadable
 
 if TYPE_CHECKING:
-    # grpc + protobuf and the generated stubs cost about 11 MiB of resident memory:
+    # grpc + protobuf and the generated messages cost about 11 MiB of resident memory:
     # they are imported on first use (a kubelet socket that exists), not on every host.
     import grpc
 
-    from gpu_exporter.podresources import api_pb2, api_pb2_grpc
+    from gpu_exporter.podresources import api_pb2
 
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 # Resource names of GPU device plugins (NVIDIA, NVIDIA MIG "mixed" strategy, AMD, Intel).
@@ -33,6 +33,9 @@ _GPU_RESOURCE = re.compile(r"^(nvidia\.com/(gpu|mig-.+)|amd\.com/gpu|gpu\.intel\
 _REPLICA = re.compile(r"::\d+$")  # NVIDIA time-slicing / MPS replica suffix
 # The kubelet's own limit for this API's responses is 16 MiB.
 _MAX_MESSAGE = 16 * 1024 * 1024
+# The one call we make, by its gRPC path: grpc's own multi-callable with the generated
+# messages' (de)serialisers, no generated service stub.
+LIST_METHOD = "/v1.PodResourcesLister/List"
 
 
 MOUNT_SOCKET = ("mount the host's /var/lib/kubelet/pod-resources into the exporter "
@@ -112,34 +115,35 @@ class PodResourcesClient:
         self.socket_path = socket_path
         self._lock = threading.Lock()
         self._channel: grpc.Channel | None = None
-        self._stub: api_pb2_grpc.PodResourcesListerStub | None = None
+        self._list: grpc.UnaryUnaryMultiCallable | None = None
 
-    def _stub_now(self) -> api_pb2_grpc.PodResourcesListerStub:
+    def _list_now(self) -> grpc.UnaryUnaryMultiCallable:
         import grpc
 
-        from gpu_exporter.podresources import api_pb2_grpc
+        from gpu_exporter.podresources import api_pb2
 
         with self._lock:
-            if self._stub is None:
+            if self._list is None:
                 self._channel = grpc.insecure_channel(
                     "unix://" + os.path.abspath(self.socket_path),
                     options=[("grpc.max_receive_message_length", _MAX_MESSAGE)],
                 )
-                # The generated gRPC module has no type annotations (protoc emits none).
-                self._stub = api_pb2_grpc.PodResourcesListerStub(  # type: ignore[no-untyped-call]
-                    self._channel
+                self._list = self._channel.unary_unary(
+                    LIST_METHOD,
+                    request_serializer=api_pb2.ListPodResourcesRequest.SerializeToString,
+                    response_deserializer=api_pb2.ListPodResourcesResponse.FromString,
                 )
-            return self._stub
+            return self._list
 
     def list_gpus(self, timeout: float) -> Mapping[str, tuple[ContainerRef, ...]]:
         """Raises PodResourcesError when the kubelet does not answer in `timeout`."""
-        stub = self._stub_now()
+        call = self._list_now()
         import grpc
 
         from gpu_exporter.podresources import api_pb2
 
         try:
-            response = stub.List(api_pb2.ListPodResourcesRequest(), timeout=timeout)
+            response = call(api_pb2.ListPodResourcesRequest(), timeout=timeout)
         except grpc.RpcError as exc:
             code = exc.code() if hasattr(exc, "code") else None
             detail = exc.details() if hasattr(exc, "details") else str(exc)
@@ -156,4 +160,4 @@ class PodResourcesClient:
             if self._channel is not None:
                 self._channel.close()
             self._channel = None
-            self._stub = None
+            self._list = None

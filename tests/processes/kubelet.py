@@ -13,7 +13,8 @@ from typing import Any
 
 import grpc
 
-from gpu_exporter.podresources import api_pb2, api_pb2_grpc
+from gpu_exporter.podresources import api_pb2
+from gpu_exporter.readers.podresources import LIST_METHOD
 
 
 @dataclass
@@ -30,7 +31,7 @@ class Pod:
     containers: list[Container]
 
 
-class FakeKubelet(api_pb2_grpc.PodResourcesListerServicer):  # type: ignore[misc]
+class FakeKubelet:
     def __init__(self, pods: Sequence[Pod]) -> None:
         self.pods = list(pods)
         self.calls = 0
@@ -58,7 +59,13 @@ class FakeKubelet(api_pb2_grpc.PodResourcesListerServicer):  # type: ignore[misc
 def kubelet(socket_path: Path, pods: Sequence[Pod]) -> Iterator[FakeKubelet]:
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
     servicer = FakeKubelet(pods)
-    api_pb2_grpc.add_PodResourcesListerServicer_to_server(servicer, server)
+    service, method = LIST_METHOD.strip("/").split("/")
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, {
+        method: grpc.unary_unary_rpc_method_handler(
+            servicer.List,
+            request_deserializer=api_pb2.ListPodResourcesRequest.FromString,
+            response_serializer=api_pb2.ListPodResourcesResponse.SerializeToString),
+    }),))
     assert server.add_insecure_port(f"unix://{socket_path}") != 0 or socket_path.exists()
     server.start()
     try:
