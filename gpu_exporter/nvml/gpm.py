@@ -173,6 +173,7 @@ class Sampler:
         self.metric_errors: list[tuple[str, int]] = []
         self._previous_at: float | None = None
         self._last: GpmReading | None = None
+        self._windows = 0  # windows taken since start: the first scrape waits for one
         self._ids = dict(metric_ids() if ids is None else ids)
         self._request = self._build_request()
 
@@ -198,8 +199,9 @@ class Sampler:
 
     @property
     def first_window_at(self) -> float | None:
-        """When the first window will be long enough, while there are no values yet."""
-        if self._last is not None or self._previous_at is None:
+        """When the first window will be long enough, until it has been taken (whether
+        or not it gave values: a target whose every metric failed waits no more)."""
+        if self._windows or self._previous_at is None:
             return None
         return self._previous_at + MIN_WINDOW_SECONDS
 
@@ -214,6 +216,7 @@ class Sampler:
             self._samples.append(self._call("nvmlGpmSampleAlloc", pynvml.nvmlGpmSampleAlloc))
         self._call(self._sample_name, lambda: self._sample(self._samples[0]))
         self._previous_at = now
+        self._windows = 0
 
     def read(self, clock: Callable[[], float]) -> GpmReading | None:
         """The averages since the previous sample (`clock()`: time.monotonic or a test's
@@ -233,6 +236,7 @@ class Sampler:
         # The new sample is the next window's start even if the metrics call fails.
         self._samples = [spare, previous]
         self._previous_at = taken
+        self._windows += 1
         if not self._ids:
             self._last = None
             return None

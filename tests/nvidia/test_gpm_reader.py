@@ -144,6 +144,28 @@ def test_each_metric_is_checked_on_its_own(nvml: Path) -> None:
     assert "fp16" not in series.reading.pipe_active_ratio
 
 
+def test_only_the_first_window_is_waited_for_even_when_no_metric_answers(
+        nvml: Path) -> None:
+    # A GPU whose driver lacks every metric the bindings define: its first window has no
+    # values, and none is asked for after it; scrapes closer together than 100 ms must
+    # not wait for a window again (the collector sleeps until first_values_at()).
+    sc = fake.Scenario(devices=[fake.h100(0)])
+    sc.devices[0].gpm.clear()
+    dev, _ = device(sc, nvml)
+    clock = Clock()
+    clock.fixed = 1000.0
+    dev.start(clock)
+    assert dev.first_values_at() == pytest.approx(1000.1)
+    clock.fixed = 1000.15
+    (first,) = dev.read(clock)
+    assert (scalars(first.reading), dict(first.reading.pipe_active_ratio)) == (
+        dict.fromkeys(H100_0), {})
+    assert dev.first_values_at() is None
+    clock.fixed = 1000.3
+    assert dev.read(clock) == ()  # nothing left to ask for
+    assert dev.first_values_at() is None
+
+
 def test_a_gpu_without_gpm_is_disabled_with_the_reason(nvml: Path) -> None:
     sc = fake.Scenario(devices=[fake.h100(0)])
     del sc.devices[0].values["gpm_supported"]  # an A100: no GPM
