@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-from gpu_exporter.ebpf import abi, attach, cuda_errors
+from gpu_exporter.ebpf import abi, attach, compiler_pages, cuda_errors
 from gpu_exporter.ebpf.discovery import Candidate, FileId, Scanner
 from gpu_exporter.ebpf.elf import ElfError, ElfFile
 from gpu_exporter.ebpf.names import OTHER, NameCap
@@ -101,16 +101,21 @@ def tracepoint_offsets() -> tuple[dict[str, int], str | None]:
     return offsets, None
 
 
-def load_bpf(bcc: Any, offsets: dict[str, int] | None = None) -> Any:
+def load_bpf(bcc: Any, offsets: dict[str, int] | None = None,
+             extra_flags: tuple[str, ...] = ()) -> Any:
     flags = abi.defines() + [f"-D{k}={v}" for k, v in
                              sorted((offsets or DEFAULT_TRACEPOINT_OFFSETS).items())]
+    flags += extra_flags
     try:
         bpf = bcc.BPF(text=program_text().encode(), cflags=flags)
     except Exception as exc:
         raise LoadError(f"BPF program failed to compile or load: {exc}") from exc
-    # LLVM leaves tens of MB of freed heap behind; give it back.
+    # LLVM leaves tens of MB of freed heap behind, and its code is not run again: give
+    # both back.
     with contextlib.suppress(Exception):
         ctypes.CDLL(None).malloc_trim(0)
+    with contextlib.suppress(OSError):
+        compiler_pages.release()
     return bpf
 
 

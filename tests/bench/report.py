@@ -202,6 +202,12 @@ def _summary(data: Mapping[str, Any]) -> list[str]:
             row("3", f"eBPF per {api} launch vs no-op probes on the same points", "≤ 1.15×",
                 f"{ratio:.2f}× ({ours['ns_per_call_median']:.0f} vs "
                 f"{noop['ns_per_call_median']:.0f} ns)", ratio <= 1.15)
+    mem = data.get("ebpf_memory", {}).get("with_ebpf")
+    if mem:
+        rss = max(mem["rss_after_first_scrape"], mem["rss_after_scrapes"])
+        row("3", "RSS with eBPF (bcc)", "≤ 160 MB",
+            f"{rss / 1e6:.1f} MB ({mem['rss_anon_after_scrapes'] / 1e6:.1f} anonymous, "
+            f"{mem['rss_file_after_scrapes'] / 1e6:.1f} files)", rss <= 160e6)
     if "footprint" in data:
         f = next(iter(data["footprint"].values()))
         peak = max(rss for _n, rss in f["rss_curve"] + [[0, f["rss_end"]]])

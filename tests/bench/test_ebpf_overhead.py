@@ -8,6 +8,10 @@ launch_loop.c, timing itself) with
   attaches them (every probed call has an entry and a return probe: runtime loop:
   cudaLaunchKernel and the cuLaunchKernel the runtime calls into; driver loop:
   cuLaunchKernel), through the same mechanism (uprobe_multi links);
+- `frames_only`: the collector's program built with -DFRAMES_ONLY on the same points:
+  the per-thread frame kept from entry to return (task-local storage, the BPF cookie),
+  nothing counted. What `ours` costs above the no-op programs splits into this, which
+  any count made on return (on success only) needs, and the counting itself;
 - `ours`: the collector's own compiled program (gpu_exporter/ebpf/program.c) on the same
   points.
 
@@ -34,7 +38,7 @@ from tests.ebpf.conftest import Build, build_into
 CALLS = 200_000
 ROUNDS = 7
 NOOP = b"int noop(struct pt_regs *ctx) { return 0; }"
-CASES = ["no_probe", "noop_one_uprobe", "noop_same_points", "ours"]
+CASES = ["no_probe", "noop_one_uprobe", "noop_same_points", "frames_only", "ours"]
 # The symbols each loop's calls reach (the runtime calls the driver).
 LOOP_SYMBOLS = {"runtime": ("cudaLaunchKernel", "cuLaunchKernel"),
                 "driver": ("cuLaunchKernel",)}
@@ -53,10 +57,13 @@ def programs() -> dict[str, Any]:
     from gpu_exporter.ebpf.probes import load_bpf, uprobe_programs
 
     noop, ours = bcc.BPF(text=NOOP), load_bpf(bcc)
+    frames = load_bpf(bcc, extra_flags=("-DFRAMES_ONLY=1",))
     mechs = {"noop": attach.mechanism(attach.UPROBE_MULTI, noop, bcc),
-             "ours": attach.mechanism(attach.UPROBE_MULTI, ours, bcc)}
+             "ours": attach.mechanism(attach.UPROBE_MULTI, ours, bcc),
+             "frames_only": attach.mechanism(attach.UPROBE_MULTI, frames, bcc)}
     mechs["noop"].load(["noop"])
     mechs["ours"].load(uprobe_programs())
+    mechs["frames_only"].load(uprobe_programs())
     return {"noop": noop, "ours": ours, "mechanisms": mechs}
 
 
@@ -84,7 +91,7 @@ def _points(build: Build, api: str, case: str) -> dict[str, list[Any]]:
         offset = elf.offset_of_vaddr(elf.functions([symbol])[symbol])
         assert offset is not None
         cookie = abi.cookie(abi.INDEX[symbol])
-        ours = case == "ours"
+        ours = case in ("ours", "frames_only")
         points = out.setdefault(lib, [])
         points.append(attach.Point(offset, abi.BY_SYMBOL[symbol].program if ours else "noop",
                                    False, cookie))
@@ -99,7 +106,7 @@ def _attached(programs: dict[str, Any], build: Build, api: str, case: str) -> It
     if case == "no_probe":
         yield
         return
-    mech = programs["mechanisms"]["ours" if case == "ours" else "noop"]
+    mech = programs["mechanisms"].get(case, programs["mechanisms"]["noop"])
     attachments = [mech.attach(lib, points)
                    for lib, points in _points(build, api, case).items()]
     try:

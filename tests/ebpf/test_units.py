@@ -123,7 +123,8 @@ def test_program_uses_only_defined_constants() -> None:
     not_ours = {"BPF_HASH", "BPF_ARRAY", "BPF_PERCPU_ARRAY", "BPF_RINGBUF_OUTPUT", "PT_REGS_PARM1",
                 "PT_REGS_PARM2", "PT_REGS_PARM3", "PT_REGS_PARM4", "PT_REGS_PARM5",
                 "PT_REGS_PARM6", "PT_REGS_SP", "PT_REGS_RC", "E2BIG", "BPF_TASK_STORAGE",
-                "BPF_LOCAL_STORAGE_GET_F_CREATE"}
+                "BPF_LOCAL_STORAGE_GET_F_CREATE",
+                "FRAMES_ONLY"}  # a benchmark's variant (tests/bench/test_ebpf_overhead.py)
     assert used - not_ours <= defined, used - not_ours - defined
     assert len(set(abi.DROP_NAMES)) == abi.DROP_REASONS
 
@@ -354,3 +355,22 @@ def test_docs_state_how_many_probes_the_real_libraries_take() -> None:
     rt, drv = 2 * sides.count("runtime"), 2 * sides.count("driver")
     doc = " ".join((REPO / "docs" / "ebpf.md").read_text().split())
     assert f"take {rt + drv} probes together ({rt} and {drv})" in doc
+
+
+def test_compiler_pages_given_back_after_compiling_and_programs_still_load() -> None:
+    import bcc
+
+    from gpu_exporter.ebpf import attach, compiler_pages
+    from gpu_exporter.ebpf.probes import load_bpf, uprobe_programs
+
+    bpf = load_bpf(bcc)
+    try:
+        compiler = [m for m in compiler_pages.mappings()
+                    if os.path.basename(m.path).startswith(compiler_pages.COMPILER_LIBRARIES)]
+        assert compiler, "bcc maps clang and LLVM"
+        clean = [m for m in compiler if "w" not in m.perms and m.anonymous_kb == 0]
+        # tens of MB of their code were resident while compiling; none is now
+        assert sum(m.rss_kb for m in clean) < 1024, clean
+        attach.mechanism(attach.UPROBE_MULTI, bpf, bcc).load(uprobe_programs())
+    finally:
+        bpf.cleanup()
