@@ -396,7 +396,9 @@ class LaunchLabels(CudaLabels):
 
 
 GPU_KERNEL_LAUNCH_CALLS = Counter(
-    "gpu_kernel_launch_calls_total", "CUDA kernel launches that succeeded.", C, LaunchLabels,
+    "gpu_kernel_launch_calls_total",
+    "CUDA kernel launches that succeeded (a graph launch: one per kernel node of the graph).",
+    C, LaunchLabels,
     fixed=True,
     sources="uprobes on " + abi.calls_of(abi.LAUNCH_PROGRAMS),
 )

@@ -18,9 +18,16 @@ STATS_MAX: Final = 65536  # counters and histogram slots, all processes together
 THREADS_MAX: Final = 16384  # threads inside a probed call at one time
 PROCS_MAX: Final = 8192  # processes that launched (shapes) / await a synchronise (pending)
 LAUNCH_SLOTS: Final = 16  # launch counters kept in a process's shape value
-RINGBUF_PAGES: Final = 64  # 256 KiB of rare events
+RINGBUF_PAGES: Final = 128  # 512 KiB of rare events (names, graph nodes: 48 bytes each)
 PROC_RINGBUF_PAGES: Final = 16  # 64 KiB of 8-byte "look at this process" events
 NAME_LEN: Final = 256  # kernel names read from cuModuleGetFunction & co.
+# CUDA graphs: streams under capture (and streams joined to a capture), capture events,
+# executable graphs.
+CAPTURES_MAX: Final = 1024
+EXECS_MAX: Final = 16384
+GRAPH_NODES_MAX: Final = 65536  # kernel nodes kept per process (user space)
+GRAPHS_MAX: Final = 4096  # graphs, captures and executable graphs kept per process
+GRAPH_SERIAL_BIT: Final = 1 << 47  # a graph launch key's id: an executable graph's serial
 
 # --- key families (struct skey.fam) ------------------------------------------------------
 FAM_LAUNCH: Final = 1  # sub = api, id = host function / handle / graph exec, slot 0
@@ -105,6 +112,13 @@ OP_DEVICE_PCI: Final = 14  # its PCI bus id
 # A copy whose size in bytes is not known (see DROP_COPY_SIZE_UNKNOWN); numbered apart
 # from the ops above so that others can be added there.
 OP_COPY_UNSIZED: Final = 32
+OP_CAPTURE_BEGIN: Final = 15  # cudaStreamBeginCapture (arg 1: ...ToGraph)
+OP_CAPTURE_END: Final = 16
+OP_EVENT_RECORD: Final = 17
+OP_STREAM_WAIT: Final = 18  # cudaStreamWaitEvent: a stream may join a capture
+OP_GRAPH_CREATE: Final = 19
+OP_GRAPH_ADD_KERNEL: Final = 20  # cudaGraphAddKernelNode (arg 1: cudaGraphAddNode)
+OP_GRAPH_INSTANTIATE: Final = 21
 
 EV_NEW_KEY: Final = 1
 EV_HANDLE_NAME: Final = 2  # id = CUfunction/CUkernel, name = its (mangled) name
@@ -117,6 +131,16 @@ EV_DEVICE_PCI: Final = 8  # id = a device ordinal of the process, name = its PCI
 EV_EXEC: Final = 5
 EV_MAPPED: Final = 6
 PROC_EVENT = struct.Struct("<II")
+# On the `events` ring buffer too (struct gevent: type, tgid, api, pad, id, target).
+EV_GRAPH_CREATE: Final = 20  # id = a graph, new and empty
+EV_GRAPH_NODE: Final = 21  # id = a kernel (api: its key's), target = the graph it was added to
+EV_CAPTURE_BEGIN: Final = 22  # id = a capture, target = the graph it adds to (ToGraph) or 0
+EV_CAPTURED_NODE: Final = 23  # id = a kernel launched into capture `target` (api)
+EV_CAPTURE_END: Final = 24  # id = a capture, target = the graph it made (0: it failed)
+EV_GRAPH_EXEC: Final = 25  # id = an executable graph's serial, target = its graph
+GRAPH_EVENT = struct.Struct("<IIHHIQQ")
+GRAPH_EVENTS: Final = frozenset({EV_GRAPH_CREATE, EV_GRAPH_NODE, EV_CAPTURE_BEGIN,
+                                 EV_CAPTURED_NODE, EV_CAPTURE_END, EV_GRAPH_EXEC})
 
 DROP_STATS_FULL: Final = 0
 DROP_THREADS_FULL: Final = 1
@@ -125,7 +149,9 @@ DROP_EVENTS_FULL: Final = 3
 DROP_BAD_ARGUMENT: Final = 4
 DROP_PROC_EVENTS_FULL: Final = 5
 DROP_COPY_SIZE_UNKNOWN: Final = 6
-DROP_REASONS: Final = 7
+DROP_GRAPHS_FULL: Final = 7  # a capture, capture event or executable graph not kept
+DROP_GRAPH_EVENTS_FULL: Final = 8
+DROP_REASONS: Final = 9
 DROP_NAMES: Final = {
     DROP_STATS_FULL: "stats_map_full",
     DROP_THREADS_FULL: "threads_map_full",
@@ -136,7 +162,11 @@ DROP_NAMES: Final = {
     # A runtime 3D copy with a CUDA array on one side: its extent is in array elements,
     # whose size is inside the opaque array, so its bytes are not known.
     DROP_COPY_SIZE_UNKNOWN: "copy_size_unknown",
+    DROP_GRAPHS_FULL: "graph_map_full",
+    DROP_GRAPH_EVENTS_FULL: "graph_event_buffer_full",
 }
+# Counted in user space: kernel nodes or graphs beyond GRAPH_NODES_MAX / GRAPHS_MAX.
+DROP_GRAPH_NODES: Final = "graph_nodes_full"
 
 # --- the CUDA ABI on x86-64 (System V) ---------------------------------------------------
 # cudaLaunchKernel(func, dim3 grid, dim3 block, void **args, size_t shared, stream):
@@ -202,6 +232,12 @@ CU_MEMORYTYPE_HOST: Final = 1
 CU_MEMORYTYPE_DEVICE: Final = 2
 CU_MEMORYTYPE_ARRAY: Final = 3
 CU_MEMORYTYPE_UNIFIED: Final = 4
+# struct cudaKernelNodeParams { void *func; ... }, CUDA_KERNEL_NODE_PARAMS(_v2) { CUfunction
+# func; ... }; cudaGraphNodeParams / CUgraphNodeParams { int type; int reserved0[3];
+# union { ... kernel node params ... } }: type 0 is a kernel node.
+KNODE_FUNC_OFF: Final = 0
+NODE_PARAMS_KERNEL_OFF: Final = 16
+GRAPH_NODE_KERNEL: Final = 0
 
 
 def defines() -> list[str]:
@@ -282,6 +318,20 @@ RUNTIME_PROBES: Final[tuple[Probe, ...]] = (
     *_rt("cudaGetDeviceProperties", "device_uuid", 1),
     Probe("cudaGetDeviceProperties_v2", "device_uuid", 1, since="12.0"),
     *_rt("cudaDeviceGetPCIBusId", "device_pci"),
+    *_rt("cudaStreamBeginCapture", "capture_begin", 0, PTSZ),
+    Probe("cudaStreamBeginCaptureToGraph", "capture_begin", 1, since="12.3"),
+    Probe("cudaStreamBeginCaptureToGraph_ptsz", "capture_begin", 1, since="12.3"),
+    *_rt("cudaStreamEndCapture", "capture_end", 0, PTSZ),
+    *_rt("cudaEventRecord", "event_record", 0, PTSZ),
+    *_rt("cudaEventRecordWithFlags", "event_record", 0, PTSZ),
+    *_rt("cudaStreamWaitEvent", "stream_wait", 0, PTSZ),
+    *_rt("cudaGraphCreate", "graph_create"),
+    *_rt("cudaGraphAddKernelNode", "graph_add_kernel"),
+    Probe("cudaGraphAddNode", "graph_add_kernel", 1, since="12.2"),
+    *_rt("cudaGraphInstantiate", "graph_instantiate"),
+    *_rt("cudaGraphInstantiateWithFlags", "graph_instantiate"),
+    Probe("cudaGraphInstantiateWithParams", "graph_instantiate", since="12.0"),
+    Probe("cudaGraphInstantiateWithParams_ptsz", "graph_instantiate", since="12.0"),
     *_rt("cudaStreamSynchronize", "sync", SYNC_CUDA_STREAM, PTSZ),
     *_rt("cudaDeviceSynchronize", "sync", SYNC_CUDA_DEVICE),
     *_rt("cudaEventSynchronize", "sync", SYNC_CUDA_EVENT),
@@ -329,6 +379,20 @@ DRIVER_PROBES: Final[tuple[Probe, ...]] = (
     *_drv("cuCtxCreate_v3", "ctx_made", 5),
     *_drv("cuDeviceGetUuid", "device_uuid", 0, "_v2"),
     *_drv("cuDeviceGetPCIBusId", "device_pci"),
+    *_drv("cuStreamBeginCapture", "capture_begin", 0, PTSZ),
+    *_drv("cuStreamBeginCapture_v2", "capture_begin", 0, PTSZ),
+    Probe("cuStreamBeginCaptureToGraph", "capture_begin", 1, True, since="12.3"),
+    Probe("cuStreamBeginCaptureToGraph_ptsz", "capture_begin", 1, True, since="12.3"),
+    *_drv("cuStreamEndCapture", "capture_end", 0, PTSZ),
+    *_drv("cuEventRecord", "event_record", 0, PTSZ),
+    *_drv("cuEventRecordWithFlags", "event_record", 0, PTSZ),
+    *_drv("cuStreamWaitEvent", "stream_wait", 0, PTSZ),
+    *_drv("cuGraphCreate", "graph_create"),
+    *_drv("cuGraphAddKernelNode", "graph_add_kernel", 0, "_v2"),
+    *_drv("cuGraphAddNode", "graph_add_kernel", 1),
+    *_drv("cuGraphInstantiate", "graph_instantiate", 0, "_v2"),
+    *_drv("cuGraphInstantiateWithFlags", "graph_instantiate"),
+    *_drv("cuGraphInstantiateWithParams", "graph_instantiate", 0, PTSZ),
     *_drv("cuStreamSynchronize", "sync", SYNC_CU_STREAM, PTSZ),
     *_drv("cuCtxSynchronize", "sync", SYNC_CU_CTX),
     *_drv("cuEventSynchronize", "sync", SYNC_CU_EVENT),
@@ -393,6 +457,17 @@ COUNTS: Final[dict[str, str]] = {
                    "(device labels)",
     "device_pci": "no count: the PCI address of a device ordinal, as the process was told "
                   "it (device labels)",
+    "capture_begin": "no count: the stream is under capture: launches on it are graph "
+                     "nodes, not executions",
+    "capture_end": "no count: the capture's kernel nodes are the graph's",
+    "event_record": "no count: an event recorded on a stream under capture joins the "
+                    "streams that wait on it to the capture",
+    "stream_wait": "no count: a stream that waits on a captured event joins the capture",
+    "graph_create": "no count: a new, empty graph",
+    "graph_add_kernel": "no count: a kernel node of a graph (a kernel node only, for "
+                        "`cudaGraphAddNode`/`cuGraphAddNode`)",
+    "graph_instantiate": "no count: the executable graph runs the graph's kernel nodes: "
+                         "each launch of it counts each of them",
 }
 BY_SYMBOL: Final = {p.symbol: p for p in ALL_PROBES}
 ENTRY_PROGRAMS: Final = tuple(sorted({p.program for p in ALL_PROBES}))

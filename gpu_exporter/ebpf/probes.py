@@ -14,8 +14,8 @@ import os
 import re
 import threading
 import time
-from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from importlib import resources
@@ -24,6 +24,7 @@ from typing import Any
 from gpu_exporter.ebpf import abi, attach, compiler_pages, cuda_errors
 from gpu_exporter.ebpf.discovery import Candidate, FileId, Scanner
 from gpu_exporter.ebpf.elf import ElfError, ElfFile
+from gpu_exporter.ebpf.graphs import PENDING, Graphs
 from gpu_exporter.ebpf.names import OTHER, NameCap
 from gpu_exporter.ebpf.reading import (
     BLOCK_BOUNDS_LOG2,
@@ -43,6 +44,9 @@ from gpu_exporter.ebpf.resolve import Resolver
 log = logging.getLogger("gpu_exporter.ebpf")
 
 _POLL_MS = 100
+# A process that exited with a graph launch whose executable graph's event has not been
+# read is folded after this many reads at most (its launches then count as unknown).
+_HOLD_READS = 3
 # A file no process maps any more is detached when this many rescans in a row have not
 # found it: within two rescans of its last process exiting.
 DETACH_AFTER_MISSES = 2
@@ -171,6 +175,10 @@ class _File:
     misses: int = 0  # rescans in a row that found no process mapping it
 
 
+class _Pending(Exception):
+    """A graph launch's executable graph: its event has not been read yet."""
+
+
 class Engine:
     def __init__(self, procfs: str, names_max: int, pid_label: bool,
                  rescan_interval: float, mechanism: str = "auto") -> None:
@@ -194,6 +202,9 @@ class Engine:
         self._retired = _Totals()
         self._nvml: NvmlView | None = None  # for the read under way
         self._devices: dict[tuple[int, int, int, bool], str] = {}
+        self.graphs = Graphs()
+        self._graph_drops = 0  # graph events lost, as last seen
+        self._held: dict[int, int] = {}  # exited processes not folded yet: reads held
         self._read_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -269,6 +280,7 @@ class Engine:
             try:
                 wait = min(_POLL_MS, max(0, int((next_scan - time.monotonic()) * 1000)))
                 self._bpf.ring_buffer_poll(wait)
+                self._graph_events_lost()
                 self._scan_asked()
                 if time.monotonic() >= next_scan:
                     self.rescan()
@@ -279,10 +291,26 @@ class Engine:
 
     def _on_event(self, _ctx: Any, data: Any, size: int) -> int:
         try:
-            self.resolver.on_event(ctypes.string_at(data, size))
+            raw = ctypes.string_at(data, size)
+            if abi.GRAPH_EVENT.unpack_from(raw)[0] in abi.GRAPH_EVENTS:
+                node = self.graphs.on_event(raw)
+                if node is not None:  # named after the names read before it
+                    self.resolver.want_name(*node)
+            else:
+                self.resolver.on_event(raw)
         except Exception:
             log.exception("eBPF event")
         return 0
+
+    def _graph_events_lost(self) -> None:
+        """After the events read: if graph events were lost meanwhile, what was being
+        built is not known whole (see Graphs.events_lost)."""
+        drops = self._bpf["drops"]
+        lost = _int(drops[drops.Key(abi.DROP_GRAPH_EVENTS_FULL)])
+        if lost != self._graph_drops:
+            self._graph_drops = lost
+            state = self._bpf["graph_state"]
+            self.graphs.events_lost(_int(state[state.Key(2)]))
 
     def _on_proc_event(self, _ctx: Any, data: Any, size: int) -> int:
         _, tgid = abi.PROC_EVENT.unpack(ctypes.string_at(data, abi.PROC_EVENT.size))
@@ -407,9 +435,11 @@ class Engine:
             # Kernels without batched lookups (before 5.6).
             return list(table.items())
 
-    def _shape_rows(self, tgid: int, v: Any) -> Iterator[tuple[tuple[int, CallKey, int], int]]:
+    def _shape_rows(self, tgid: int, v: Any, strict: bool = False,
+                    ) -> Iterator[tuple[tuple[int, CallKey, int], int]]:
         """A process's shape value: its grid and block histograms, and the launch counters
-        kept there (see struct lslot)."""
+        kept there (see struct lslot); a counter of a graph whose event has not been read
+        is left out (`strict`: raises _Pending)."""
         key = self._key(tgid, abi.FAM_GRID, 0, 0)
         for fam, slots, total in ((abi.FAM_GRID, v.grid, v.grid_sum),
                                   (abi.FAM_BLOCK, v.block, v.block_sum)):
@@ -419,9 +449,32 @@ class Engine:
             yield (fam, key, abi.SLOT_SUM), int(total)
         for launch in v.launches:
             tag, n = int(launch.tag), int(launch.n)
-            if tag:
-                yield (abi.FAM_LAUNCH, self._key(tgid, abi.FAM_LAUNCH, tag >> 48 & 0xFF,
-                                                 tag & (1 << 48) - 1, tag >> 56), 0), n
+            if not tag:
+                continue
+            try:
+                yield from list(self._rows(tgid, abi.FAM_LAUNCH, tag >> 48 & 0xFF,
+                                           tag & (1 << 48) - 1, tag >> 56, 0, n))
+            except _Pending:
+                if strict:
+                    raise
+
+    def _rows(self, tgid: int, fam: int, sub: int, ident: int, dev: int, slot: int, n: int,
+              ) -> Iterator[tuple[tuple[int, CallKey, int], int]]:
+        """The rows one BPF counter makes: itself, or for the launches of an executable
+        graph whose kernels are known, one per kernel node (n times each). Raises
+        _Pending while its graph's event may still be on the way."""
+        if fam == abi.FAM_LAUNCH and sub == abi.API_GRAPH and ident & abi.GRAPH_SERIAL_BIT:
+            kernels = self.graphs.kernels(tgid, ident & ~abi.GRAPH_SERIAL_BIT)
+            if kernels is PENDING:
+                raise _Pending(tgid)
+            if isinstance(kernels, Counter):
+                graph = self._key(tgid, fam, sub, ident, dev)
+                label = self.resolver.kernel_label
+                for (api, kernel), times in kernels.items():
+                    yield ((fam, graph._replace(kernel_name=label(tgid, api, kernel)), slot),
+                           n * times)
+                return
+        yield (fam, self._key(tgid, fam, sub, ident, dev), slot), n
 
     def _key(self, tgid: int, fam: int, sub: int, ident: int, dev: int | None = None,
              ) -> CallKey:
@@ -512,21 +565,79 @@ class Engine:
                 live[tgid] = os.path.exists(f"{self.procfs}/{tgid}")
             return live[tgid]
 
+        stats, shapes = self._entries("stats"), self._entries("shapes")
+        held = self._held_back(stats, shapes, alive)
+
+        def counted(tgid: int) -> bool:
+            return tgid in held or alive(tgid)
+
         dead_stats, dead_shapes = [], []
-        for k, v in self._entries("stats"):
-            if not alive(int(k.tgid)):
+        for k, v in stats:
+            if not counted(int(k.tgid)):
                 dead_stats.append(k)
                 continue
-            call = self._key(int(k.tgid), k.fam, k.sub, k.id, int(k.dev))
-            totals[(k.fam, call, k.slot)] += _int(v)
-        for k, v in self._entries("shapes"):
-            if not alive(_int(k)):
+            with contextlib.suppress(_Pending):  # counted at a later read
+                for key, n in self._rows(int(k.tgid), k.fam, k.sub, k.id, int(k.dev),
+                                         k.slot, _int(v)):
+                    totals[key] += n
+        for k, v in shapes:
+            if not counted(_int(k)):
                 dead_shapes.append(_int(k))
                 continue
             for key, n in self._shape_rows(_int(k), v):
                 totals[key] += n
         self._fold(dead_stats, dead_shapes, totals)
+        self._prune_captures(alive)
         return self._activity(totals)
+
+    def _held_back(self, stats: list[tuple[Any, Any]], shapes: list[tuple[Any, Any]],
+                   alive: Callable[[int], bool]) -> set[int]:
+        """Exited processes not folded this read: a launch of theirs is of an executable
+        graph whose event has not been read yet (for _HOLD_READS reads at most; then
+        their graph launches count as unknown)."""
+        pending: set[int] = set()
+        for k, _ in stats:
+            tgid = int(k.tgid)
+            if tgid not in pending and not alive(tgid):
+                try:
+                    list(self._rows(tgid, k.fam, k.sub, k.id, int(k.dev), k.slot, 0))
+                except _Pending:
+                    pending.add(tgid)
+        for k, v in shapes:
+            tgid = _int(k)
+            if tgid not in pending and not alive(tgid):
+                try:
+                    list(self._shape_rows(tgid, v, strict=True))
+                except _Pending:
+                    pending.add(tgid)
+        held = {t for t in pending if self._held.get(t, 0) < _HOLD_READS}
+        self._held = {t: self._held.get(t, 0) + 1 for t in held}
+        for tgid in pending - held:
+            self.graphs.give_up(tgid)
+        return held
+
+    def _prune_captures(self, alive: Callable[[int], bool]) -> None:
+        """Captures whose process exited without ending them: no longer open (so launches
+        stop looking their streams up), and the graph maps' entries of the dead freed."""
+        state = self._bpf["graph_state"]
+        if _int(state[state.Key(0)]) == _int(state[state.Key(1)]):
+            return
+        abandoned = 0
+        live = self._bpf["live_captures"]
+        for k, v in self._entries("live_captures"):
+            if not alive(_int(v)):
+                with contextlib.suppress(KeyError):
+                    del live[live.Key(_int(k))]
+                    abandoned += 1
+        if abandoned:
+            key = state.Key(1)
+            state[key] = state.Leaf(_int(state[key]) + abandoned)
+        for name in ("captures", "capture_events"):
+            table = self._bpf[name]
+            for k, _ in self._entries(name):
+                if not alive(int(k.tgid)):
+                    with contextlib.suppress(KeyError):
+                        del table[k]
 
     def _fold(self, dead_stats: list[Any], dead_shapes: list[Any],
               totals: dict[tuple[int, CallKey, int], int]) -> None:
@@ -545,8 +656,8 @@ class Engine:
                 continue
             tgid = int(k.tgid)
             tgids.add(tgid)
-            folded.append(((int(k.fam), self._key(tgid, k.fam, k.sub, k.id, int(k.dev)),
-                            int(k.slot)), n))
+            folded.extend(self._rows(tgid, int(k.fam), int(k.sub), int(k.id), int(k.dev),
+                                     int(k.slot), n))
         shapes = self._bpf["shapes"]
         for tgid in dead_shapes:
             key = shapes.Key(tgid)
@@ -565,6 +676,13 @@ class Engine:
             with contextlib.suppress(KeyError):
                 del pending[pending.Key(tgid)]
             self.resolver.forget(tgid)
+            self.graphs.forget(tgid)
+            self._held.pop(tgid, None)
+        execs = self._bpf["execs"]
+        for k, _ in self._entries("execs"):
+            if int(k.tgid) in tgids:
+                with contextlib.suppress(KeyError):
+                    del execs[k]
         for cached in [k for k in self._devices if k[0] in tgids]:
             del self._devices[cached]
 
@@ -603,6 +721,7 @@ class Engine:
         table = self._bpf["drops"]
         for reason, name in abi.DROP_NAMES.items():
             dropped[name] = _int(table[table.Key(reason)])
+        dropped[abi.DROP_GRAPH_NODES] = self.graphs.dropped
         return CudaActivity(
             launches=out_launches,
             grid_size=family(abi.FAM_GRID, GRID_BOUNDS_LOG2),

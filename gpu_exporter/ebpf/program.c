@@ -106,6 +106,32 @@ BPF_HASH(pending, u32, struct pend, PROCS_MAX);
 BPF_ARRAY(drops, u64, DROP_REASONS);
 BPF_RINGBUF_OUTPUT(events, RINGBUF_PAGES);
 
+// --- CUDA graphs ------------------------------------------------------------------------
+// A stream or an event of a process.
+struct gkey {
+    u32 tgid;
+    u32 pad;
+    u64 handle;
+};
+#define CAPTURE_ORIGIN (1ULL << 63)  // in `captures`: the stream the capture began on
+BPF_HASH(captures, struct gkey, u64, CAPTURES_MAX);  // stream -> capture id (| ORIGIN)
+BPF_HASH(capture_events, struct gkey, u64, CAPTURES_MAX);  // event recorded in a capture
+BPF_HASH(live_captures, u64, u32, CAPTURES_MAX);  // capture id -> tgid, while it is open
+BPF_HASH(execs, struct gkey, u64, EXECS_MAX);  // executable graph -> its serial
+// [0] captures begun and not ended; [1] of those, the ones whose process exited (written
+// by user space only); [2] the last serial given (captures, executable graphs).
+BPF_ARRAY(graph_state, u64, 3);
+// On the `events` ring buffer, after the names it may need (one buffer: one order).
+struct gevent {
+    u32 type;
+    u32 tgid;
+    u16 api;
+    u16 pad;
+    u32 pad2;
+    u64 id;
+    u64 target;
+};
+
 #define COOKIE_CALL(c) ((c) & 0xffff)
 #define COOKIE_ARG(c) (((c) >> 16) & 0xff)
 #define COOKIE_DRIVER(c) (((c) >> 24) & 1)
@@ -115,6 +141,62 @@ static __always_inline void drop(u32 reason) {
     u64 *v = drops.lookup(&reason);
     if (v)
         __sync_fetch_and_add(v, 1);
+}
+
+static __always_inline void graph_event(u32 tgid, u32 type, u16 api, u64 id, u64 target) {
+    struct gevent *e = events.ringbuf_reserve(sizeof(struct gevent));
+    if (!e) {
+        drop(DROP_GRAPH_EVENTS_FULL);
+        return;
+    }
+    e->type = type;
+    e->tgid = tgid;
+    e->api = api;
+    e->pad = 0;
+    e->pad2 = 0;
+    e->id = id;
+    e->target = target;
+    events.ringbuf_submit(e, 0);
+}
+
+// Whether any process has a stream under capture: until one has, a launch neither reads
+// its stream for it nor looks it up (two array loads).
+static __always_inline int captures_open(void) {
+    u32 begun = 0, abandoned = 1;
+    u64 *b = graph_state.lookup(&begun);
+    u64 *a = graph_state.lookup(&abandoned);
+    return b && a && *b != *a;
+}
+
+static __always_inline void captures_add(s64 n) {
+    u32 begun = 0;
+    u64 *b = graph_state.lookup(&begun);
+    if (b)
+        __sync_fetch_and_add(b, n);
+}
+
+static __always_inline u64 next_serial(void) {
+    u32 k = 2;
+    u64 *v = graph_state.lookup(&k);
+    return v ? __sync_fetch_and_add(v, 1) + 1 : 0;
+}
+
+// The capture `stream` of process `tgid` is part of, or 0.
+static __always_inline u64 capture_of(u32 tgid, u64 stream) {
+    if (!captures_open())
+        return 0;
+    struct gkey k = {};
+    k.tgid = tgid;
+    k.handle = stream;
+    u64 *v = captures.lookup(&k);
+    if (!v)
+        return 0;
+    u64 c = *v & ~CAPTURE_ORIGIN;
+    if (!live_captures.lookup(&c)) {  // a stream left over from a capture that ended
+        captures.delete(&k);
+        return 0;
+    }
+    return c;
 }
 
 static __always_inline void new_key(u32 tgid, u16 fam, u16 sub, u64 id) {
@@ -362,6 +444,50 @@ static __always_inline u64 read_u64(u64 addr) {
     return v;
 }
 
+// A launch on a stream under capture is a node of the graph being captured, not a run.
+static __always_inline int captured(u32 tgid, u16 api, u64 id, u64 stream) {
+    u64 c = capture_of(tgid, stream);
+    if (!c)
+        return 0;
+    graph_event(tgid, EV_CAPTURED_NODE, api, id, c);
+    return 1;
+}
+
+static __always_inline void capture_begun(u32 tgid, u64 stream, u64 to_graph) {
+    u64 c = next_serial();
+    struct gkey k = {};
+    k.tgid = tgid;
+    k.handle = stream;
+    u64 v = c | CAPTURE_ORIGIN;
+    if (live_captures.update(&c, &tgid) != 0) {
+        drop(DROP_GRAPHS_FULL);
+        return;
+    }
+    if (captures.update(&k, &v) != 0) {
+        live_captures.delete(&c);
+        drop(DROP_GRAPHS_FULL);
+        return;
+    }
+    captures_add(1);
+    graph_event(tgid, EV_CAPTURE_BEGIN, 0, c, to_graph);
+}
+
+// cudaStreamEndCapture(stream, cudaGraph_t *pGraph) returned: the capture is over
+// whatever it returned (the graph only on success).
+static __always_inline void capture_ended(u32 tgid, struct frame *f, int rc) {
+    struct gkey k = {};
+    k.tgid = tgid;
+    k.handle = f->a;
+    u64 *v = captures.lookup(&k);
+    if (!v || !(*v & CAPTURE_ORIGIN))
+        return;
+    u64 c = *v & ~CAPTURE_ORIGIN;
+    captures.delete(&k);
+    if (live_captures.delete(&c) == 0)
+        captures_add(-1);
+    graph_event(tgid, EV_CAPTURE_END, 0, c, rc == 0 ? read_u64(f->b) : 0);
+}
+
 // What a call that returned does, from its frame (a copy made on entry).
 static __always_inline void finish(struct pt_regs *ctx, u32 tgid, struct frame *f,
                                    struct tstate *t) {
@@ -369,6 +495,8 @@ static __always_inline void finish(struct pt_regs *ctx, u32 tgid, struct frame *
     int rc = (int)PT_REGS_RC(ctx);
     u16 call = COOKIE_CALL(f->cookie);
     u16 api = COOKIE_DRIVER(f->cookie) ? API_DRIVER : API_RUNTIME;
+    if (f->op == OP_CAPTURE_END && f->counted)
+        capture_ended(tgid, f, rc);
     if (rc != 0) {
         if (f->counted)
             add(tgid, FAM_ERROR, call, (u32)rc, 0, dev, 1);
@@ -376,13 +504,24 @@ static __always_inline void finish(struct pt_regs *ctx, u32 tgid, struct frame *
     }
     switch (f->op) {
     case OP_LAUNCH:
-        if (f->counted)
-            launched(tgid, api, f->a, f->b, f->c, f->d, dev, t);
+        if (!f->counted)
+            break;
+        if (captured(tgid, api, f->a, f->d))
+            break;
+        launched(tgid, api, f->a, f->b, f->c, f->d, dev, t);
         break;
-    case OP_GRAPH_LAUNCH:
-        if (f->counted)
-            launched(tgid, API_GRAPH, f->a, 0, 0, f->d, dev, t);
+    case OP_GRAPH_LAUNCH: {
+        // A graph launched into a capture becomes a node of that graph: not run here.
+        if (!f->counted || capture_of(tgid, f->d))
+            break;
+        struct gkey k = {};
+        k.tgid = tgid;
+        k.handle = f->a;
+        u64 *serial = execs.lookup(&k);
+        launched(tgid, API_GRAPH, serial ? *serial | GRAPH_SERIAL_BIT : f->a, 0, 0, f->d, dev,
+                 t);
         break;
+    }
     case OP_COPY:
         if (f->counted)
             hist(tgid, FAM_COPY, COOKIE_ARG(f->cookie) == MEMCPY_FROM_ARGS ? f->b
@@ -469,6 +608,74 @@ static __always_inline void finish(struct pt_regs *ctx, u32 tgid, struct frame *
     case OP_DEVICE_PCI:
         handle_event(tgid, EV_DEVICE_PCI, f->c & 0xffffffff, 0, f->a);
         break;
+    // CUDA graphs (calls made inside a runtime call are the runtime's: not seen here).
+    case OP_CAPTURE_BEGIN:  // (stream, mode) or ...ToGraph(stream, graph, ...) (arg 1)
+        if (f->counted)
+            capture_begun(tgid, f->a, COOKIE_ARG(f->cookie) ? f->b : 0);
+        break;
+    case OP_EVENT_RECORD: {  // (event, stream[, flags])
+        u64 c = f->counted ? capture_of(tgid, f->b) : 0;
+        if (!c)
+            break;
+        struct gkey k = {};
+        k.tgid = tgid;
+        k.handle = f->a;
+        if (capture_events.update(&k, &c) != 0)
+            drop(DROP_GRAPHS_FULL);
+        break;
+    }
+    case OP_STREAM_WAIT: {  // (stream, event, flags): joins the event's capture
+        if (!f->counted || !captures_open())
+            break;
+        struct gkey k = {};
+        k.tgid = tgid;
+        k.handle = f->b;
+        u64 *v = capture_events.lookup(&k);
+        if (!v)
+            break;
+        u64 c = *v;
+        if (!live_captures.lookup(&c))
+            break;
+        k.handle = f->a;
+        u64 *had = captures.lookup(&k);
+        if (had && (*had & ~CAPTURE_ORIGIN) == c)
+            break;  // already in it (the origin stream joining back)
+        if (captures.update(&k, &c) != 0)
+            drop(DROP_GRAPHS_FULL);
+        break;
+    }
+    case OP_GRAPH_CREATE:  // (cudaGraph_t *pGraph, flags)
+        if (f->counted)
+            graph_event(tgid, EV_GRAPH_CREATE, 0, read_u64(f->a), 0);
+        break;
+    case OP_GRAPH_ADD_KERNEL: {  // (pNode, graph, deps, n, params): params in f->d
+        if (!f->counted)
+            break;
+        u64 params = f->d;
+        if (COOKIE_ARG(f->cookie)) {  // cudaGraphAddNode: a kernel node only
+            u32 type = 0;
+            bpf_probe_read_user(&type, sizeof(type), (void *)params);
+            if (type != GRAPH_NODE_KERNEL)
+                break;
+            params += NODE_PARAMS_KERNEL_OFF;
+        }
+        graph_event(tgid, EV_GRAPH_NODE, api, read_u64(params + KNODE_FUNC_OFF), f->b);
+        break;
+    }
+    case OP_GRAPH_INSTANTIATE: {  // (cudaGraphExec_t *pExec, graph, ...)
+        if (!f->counted)
+            break;
+        struct gkey k = {};
+        k.tgid = tgid;
+        k.handle = read_u64(f->a);
+        u64 serial = next_serial();
+        if (execs.update(&k, &serial) != 0) {
+            drop(DROP_GRAPHS_FULL);
+            break;
+        }
+        graph_event(tgid, EV_GRAPH_EXEC, 0, serial, f->b);
+        break;
+    }
     }
 }
 
@@ -523,7 +730,7 @@ int rt_launch(struct pt_regs *ctx) {
     f->a = PT_REGS_PARM1(ctx);
     f->b = dim3_count(PT_REGS_PARM2(ctx), PT_REGS_PARM3(ctx));
     f->c = dim3_count(PT_REGS_PARM4(ctx), PT_REGS_PARM5(ctx));
-    f->d = t->pending_hint ? 0 : stack_arg(ctx, RT_LAUNCH_STREAM_STACK_SLOT);
+    f->d = t->pending_hint && !captures_open() ? 0 : stack_arg(ctx, RT_LAUNCH_STREAM_STACK_SLOT);
     return 0;
 }
 
@@ -761,6 +968,13 @@ KEEP_ARGS(ctx_pop, OP_CTX_POP)
 KEEP_ARGS(ctx_made, OP_CTX_MADE)
 KEEP_ARGS(device_uuid, OP_DEVICE_UUID)
 KEEP_ARGS(device_pci, OP_DEVICE_PCI)
+KEEP_ARGS(capture_begin, OP_CAPTURE_BEGIN)
+KEEP_ARGS(capture_end, OP_CAPTURE_END)
+KEEP_ARGS(event_record, OP_EVENT_RECORD)
+KEEP_ARGS(stream_wait, OP_STREAM_WAIT)
+KEEP_ARGS(graph_create, OP_GRAPH_CREATE)
+KEEP_ARGS(graph_add_kernel, OP_GRAPH_ADD_KERNEL)
+KEEP_ARGS(graph_instantiate, OP_GRAPH_INSTANTIATE)
 
 // --- processes that exec or map a file executable: scan them now ------------------
 // A new library file is probed within milliseconds of being mapped, not at the next

@@ -111,6 +111,11 @@ class Resolver:
         with self._lock:
             return self._device_ids.get((tgid, ordinal))
 
+    def want_name(self, tgid: int, api: int, ident: int) -> None:
+        """A kernel to name while its process lives (a graph's kernel node)."""
+        with self._lock:
+            self._unnamed.append((tgid, api, ident))
+
     def name_new_keys(self) -> None:
         with self._lock:
             for tgid, api, ident in self._unnamed:

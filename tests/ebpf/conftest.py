@@ -52,6 +52,8 @@ def build_into(out: Path) -> Build:
          "-lcuda", rpath],
         [gcc, "-O0", "-o", "devices", str(CSRC / "devices.c"), "-L.", "-lcudart", "-lcuda",
          rpath, "-pthread"],
+        [gcc, "-O0", "-o", "graphs", str(CSRC / "graphs.c"), "-L.", "-lcudart", "-lcuda",
+         rpath],
         [gcc, "-O0", "-o", "offsets", str(CSRC / "offsets.c")],
         [gcc, "-O0", "-Wall", "-Werror", "-o", "copies", str(CSRC / "copies.c"), "-L.",
          "-lcudart", "-lcuda", rpath],

@@ -289,7 +289,9 @@ def test_drop_counters_exported_and_zero(scenario: Scenario) -> None:
                for x in find(scenario.series, "gpu_exporter_ebpf_events_dropped_total")}
     assert reasons == {"stats_map_full": 0, "threads_map_full": 0, "pending_map_full": 0,
                        "event_buffer_full": 0, "bad_argument": 0,
-                       "process_event_buffer_full": 0, "copy_size_unknown": 0}
+                       "process_event_buffer_full": 0, "copy_size_unknown": 0,
+                       "graph_map_full": 0, "graph_event_buffer_full": 0,
+                       "graph_nodes_full": 0}
 
 
 def test_feature_enabled(scenario: Scenario) -> None:

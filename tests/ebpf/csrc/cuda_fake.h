@@ -117,6 +117,47 @@ cudaError_t cudaMemcpyPeerAsync(void *dst, int dstDevice, const void *src, int s
                                 size_t count, cudaStream_t stream);
 cudaError_t cudaMallocHost(void **ptr, size_t size);
 cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags);
+typedef struct CUgraph_st *cudaGraph_t;
+typedef struct CUgraphNode_st *cudaGraphNode_t;
+enum cudaStreamCaptureMode {
+  cudaStreamCaptureModeGlobal = 0, cudaStreamCaptureModeThreadLocal = 1,
+  cudaStreamCaptureModeRelaxed = 2
+};
+typedef struct cudaKernelNodeParams {
+  void *func;
+  dim3 gridDim;
+  dim3 blockDim;
+  unsigned int sharedMemBytes;
+  void **kernelParams;
+  void **extra;
+} cudaKernelNodeParams;
+/* cudaGraphNodeParams (CUDA 12.2): the node's type, then its parameters. */
+typedef struct cudaGraphNodeParams {
+  int type; /* cudaGraphNodeTypeKernel = 0, cudaGraphNodeTypeMemcpy = 1, ... */
+  int reserved0[3];
+  union {
+    long long reserved1[29];
+    cudaKernelNodeParams kernel;
+  };
+  long long reserved2;
+} cudaGraphNodeParams;
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode);
+cudaError_t cudaStreamBeginCaptureToGraph(cudaStream_t stream, cudaGraph_t graph,
+                                          const cudaGraphNode_t *dependencies,
+                                          const void *dependencyData, size_t numDependencies,
+                                          enum cudaStreamCaptureMode mode);
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *pGraph);
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream);
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags);
+cudaError_t cudaGraphCreate(cudaGraph_t *pGraph, unsigned int flags);
+cudaError_t cudaGraphAddKernelNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
+                                   const cudaGraphNode_t *pDependencies, size_t numDependencies,
+                                   const cudaKernelNodeParams *pNodeParams);
+cudaError_t cudaGraphAddNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
+                             const cudaGraphNode_t *pDependencies, size_t numDependencies,
+                             cudaGraphNodeParams *nodeParams);
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *pGraphExec, cudaGraph_t graph,
+                                 unsigned long long flags);
 
 typedef int CUresult;
 typedef struct CUfunc_st *CUfunction;
@@ -150,6 +191,31 @@ CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
 CUresult cuCtxSetCurrent(CUcontext ctx);
 CUresult cuCtxPushCurrent_v2(CUcontext ctx);
 CUresult cuCtxPopCurrent_v2(CUcontext *pctx);
+
+typedef struct CUgraph_st *CUgraph;
+typedef struct CUgraphNode_st *CUgraphNode;
+typedef struct CUevent_st *CUevent;
+typedef struct CUDA_KERNEL_NODE_PARAMS_st {
+  CUfunction func;
+  unsigned int gridDimX, gridDimY, gridDimZ;
+  unsigned int blockDimX, blockDimY, blockDimZ;
+  unsigned int sharedMemBytes;
+  void **kernelParams;
+  void **extra;
+} CUDA_KERNEL_NODE_PARAMS;
+CUresult cuStreamBeginCapture_v2(CUstream hStream, int mode);
+CUresult cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph,
+                                     const CUgraphNode *dependencies, const void *dependencyData,
+                                     size_t numDependencies, int mode);
+CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph);
+CUresult cuEventRecord(CUevent hEvent, CUstream hStream);
+CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags);
+CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags);
+CUresult cuGraphAddKernelNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                              const CUgraphNode *dependencies, size_t numDependencies,
+                              const CUDA_KERNEL_NODE_PARAMS *nodeParams);
+CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                     unsigned long long flags);
 CUresult cuModuleLoad(CUmodule *module, const char *fname);
 CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name);
 CUresult cuLibraryLoadFromFile(CUlibrary *library, const char *fileName, void *a, void *b,

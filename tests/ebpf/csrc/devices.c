@@ -10,6 +10,8 @@
  * With --wait: prints "ready" and waits for a line; after the work prints "done" and
  * waits for stdin to close, so the test scrapes while NVML still lists it. */
 #include "cuda_fake.h"
+#include "module_function.h"
+#define FN(name) module_function("devices.cubin", name)
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,14 +29,6 @@ static void launch(void (*f)(int), int times) {
     (void)cudaLaunchKernel((const void *)f, (dim3){1, 1, 1}, (dim3){32, 1, 1}, args, 0, NULL);
 }
 
-static CUfunction function(const char *name) {
-  CUmodule mod;
-  CUfunction f;
-  cuModuleLoad(&mod, "devices.cubin");
-  cuModuleGetFunction(&f, mod, name);
-  return f;
-}
-
 static void drv_launch(CUfunction f, int times) {
   for (int i = 0; i < times; i++) cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL);
 }
@@ -45,20 +39,20 @@ static void *contexts(void *unused) {
   cuDevicePrimaryCtxRetain(&c1, 1);
   cuDevicePrimaryCtxRetain(&c0, 0);
   cuCtxSetCurrent(c1);
-  drv_launch(function("drv_b"), 4); /* ordinal 1 */
+  drv_launch(FN("drv_b"), 4); /* ordinal 1 */
   cuCtxPushCurrent_v2(c0);
-  drv_launch(function("drv_a"), 5); /* ordinal 0 */
+  drv_launch(FN("drv_a"), 5); /* ordinal 0 */
   CUcontext popped;
   cuCtxPopCurrent_v2(&popped);
-  drv_launch(function("drv_b"), 1); /* ordinal 1 again */
+  drv_launch(FN("drv_b"), 1); /* ordinal 1 again */
   return NULL;
 }
 
 static void *no_context(void *unused) {
   (void)unused;
-  drv_launch(function("drv_c"), 1); /* no context made current: unknown */
+  drv_launch(FN("drv_c"), 1); /* no context made current: unknown */
   cuCtxSetCurrent((CUcontext)0x1234);
-  drv_launch(function("drv_c"), 1); /* a context no probe saw made: unknown */
+  drv_launch(FN("drv_c"), 1); /* a context no probe saw made: unknown */
   return NULL;
 }
 

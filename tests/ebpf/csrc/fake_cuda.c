@@ -4,6 +4,7 @@
 #include "cuda_fake.h"
 #include "fake_fail.h"
 #include <pthread.h>
+int fake_captured(CUstream s);
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +53,7 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned
                         unsigned int bx, unsigned int by, unsigned int bz, unsigned int smem,
                         CUstream s, void **params, void **extra) {
   FAIL_IF("cuLaunchKernel");
+  if (fake_captured(s)) return 0;
   (void)f; (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)smem; (void)s;
   (void)params; (void)extra;
   __asm__ volatile("" ::: "memory");
@@ -67,6 +69,7 @@ CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigned int g
 CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams,
                           void **extra) {
   FAIL_IF("cuLaunchKernelEx");
+  if (fake_captured(config->hStream)) return 0;
   (void)config; (void)f; (void)kernelParams; (void)extra;
   __asm__ volatile("" ::: "memory");
   return 0;
@@ -277,4 +280,111 @@ CUresult cuMemHostAlloc(void **pp, size_t n, unsigned int flags) {
 CUresult cuMemAllocHost_v2(void **pp, size_t n) {
   FAIL_IF("cuMemAllocHost_v2");
   return cuMemHostAlloc(pp, n, 0);
+}
+
+/* Graphs: a graph counts its kernel nodes; a stream under capture (or joined to one
+ * through an event recorded in it) adds the kernels launched on it to the capture's
+ * graph instead of running them. Enough state to fail where CUDA fails: ending a
+ * capture on a stream that is not capturing, instantiating no graph. */
+#define CUDA_ERROR_ILLEGAL_STATE 401
+#define CUDA_ERROR_INVALID_VALUE 1
+struct CUgraph_st { int kernels; };
+#define STREAMS_MAX 64
+static struct { CUstream stream; CUgraph graph; } capturing[STREAMS_MAX];
+static struct { CUevent event; CUgraph graph; } recorded[STREAMS_MAX];
+static pthread_mutex_t graph_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static CUgraph capture_of(CUstream s) {
+  for (int i = 0; i < STREAMS_MAX; i++)
+    if (capturing[i].graph && capturing[i].stream == s) return capturing[i].graph;
+  return NULL;
+}
+static void set_capture(CUstream s, CUgraph g) {
+  for (int i = 0; i < STREAMS_MAX; i++)
+    if (capturing[i].graph && capturing[i].stream == s) { capturing[i].graph = g; return; }
+  for (int i = 0; i < STREAMS_MAX && g; i++)
+    if (!capturing[i].graph) { capturing[i].stream = s; capturing[i].graph = g; return; }
+}
+/* A launch on `s`: recorded when `s` is under capture (returns 1). */
+int fake_captured(CUstream s) {
+  pthread_mutex_lock(&graph_lock);
+  CUgraph g = capture_of(s);
+  if (g) g->kernels++;
+  pthread_mutex_unlock(&graph_lock);
+  return g != NULL;
+}
+
+static CUresult begin_capture(CUstream s, CUgraph g) {
+  pthread_mutex_lock(&graph_lock);
+  CUresult rc = capture_of(s) ? CUDA_ERROR_ILLEGAL_STATE : 0;
+  if (!rc) set_capture(s, g);
+  pthread_mutex_unlock(&graph_lock);
+  return rc;
+}
+CUresult cuStreamBeginCapture_v2(CUstream s, int mode) {
+  FAIL_IF("cuStreamBeginCapture_v2");
+  (void)mode;
+  CUgraph g = calloc(1, sizeof *g);
+  return begin_capture(s, g);
+}
+CUresult cuStreamBeginCaptureToGraph(CUstream s, CUgraph g, const CUgraphNode *deps,
+                                     const void *data, size_t n, int mode) {
+  FAIL_IF("cuStreamBeginCaptureToGraph");
+  (void)deps; (void)data; (void)n; (void)mode;
+  return g ? begin_capture(s, g) : CUDA_ERROR_INVALID_VALUE;
+}
+CUresult cuStreamEndCapture(CUstream s, CUgraph *out) {
+  pthread_mutex_lock(&graph_lock);
+  CUgraph g = capture_of(s);
+  /* The capture ends, on every stream that joined it. */
+  for (int i = 0; i < STREAMS_MAX; i++)
+    if (g && capturing[i].graph == g) capturing[i].graph = NULL;
+  pthread_mutex_unlock(&graph_lock);
+  if (!g) return CUDA_ERROR_ILLEGAL_STATE;
+  FAIL_IF("cuStreamEndCapture"); /* a failed capture (invalidated): no graph */
+  *out = g;
+  return 0;
+}
+CUresult cuEventRecord(CUevent e, CUstream s) {
+  FAIL_IF("cuEventRecord");
+  pthread_mutex_lock(&graph_lock);
+  CUgraph g = capture_of(s);
+  int i = 0;
+  while (i < STREAMS_MAX - 1 && recorded[i].event && recorded[i].event != e) i++;
+  recorded[i].event = e;
+  recorded[i].graph = g;
+  pthread_mutex_unlock(&graph_lock);
+  return 0;
+}
+CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int flags) {
+  FAIL_IF("cuStreamWaitEvent");
+  (void)flags;
+  pthread_mutex_lock(&graph_lock);
+  for (int i = 0; i < STREAMS_MAX; i++)
+    if (recorded[i].event == e && recorded[i].graph && !capture_of(s))
+      set_capture(s, recorded[i].graph);
+  pthread_mutex_unlock(&graph_lock);
+  return 0;
+}
+CUresult cuGraphCreate(CUgraph *out, unsigned int flags) {
+  FAIL_IF("cuGraphCreate");
+  (void)flags;
+  *out = calloc(1, sizeof **out);
+  return 0;
+}
+CUresult cuGraphAddKernelNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n,
+                              const CUDA_KERNEL_NODE_PARAMS *params) {
+  FAIL_IF("cuGraphAddKernelNode");
+  (void)deps; (void)n;
+  if (!g || !params || !params->func) return CUDA_ERROR_INVALID_VALUE;
+  g->kernels++;
+  *node = malloc(8);
+  return 0;
+}
+CUresult cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph g, unsigned long long flags) {
+  FAIL_IF("cuGraphInstantiateWithFlags");
+  (void)flags;
+  if (!g) return CUDA_ERROR_INVALID_VALUE;
+  *exec = malloc(16);
+  return 0;
 }

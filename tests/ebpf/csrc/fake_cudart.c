@@ -209,3 +209,47 @@ cudaError_t cudaMallocHost(void **p, size_t n) {
   FAIL_IF("cudaMallocHost"); return cuMemHostAlloc(p, n, 0); }
 cudaError_t cudaHostAlloc(void **p, size_t n, unsigned int flags) {
   FAIL_IF("cudaHostAlloc"); return cuMemHostAlloc(p, n, flags); }
+/* Graphs: the driver's. */
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode mode) {
+  FAIL_IF("cudaStreamBeginCapture"); return cuStreamBeginCapture_v2((CUstream)s, mode); }
+cudaError_t cudaStreamBeginCaptureToGraph(cudaStream_t s, cudaGraph_t g,
+                                          const cudaGraphNode_t *deps, const void *data,
+                                          size_t n, enum cudaStreamCaptureMode mode) {
+  FAIL_IF("cudaStreamBeginCaptureToGraph");
+  return cuStreamBeginCaptureToGraph((CUstream)s, (CUgraph)g, (const CUgraphNode *)deps, data,
+                                     n, mode);
+}
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g) {
+  /* Not FAIL_IF here: the driver's failure is the capture's (it ends either way). */
+  return cuStreamEndCapture((CUstream)s, (CUgraph *)g);
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+  FAIL_IF("cudaEventRecord"); return cuEventRecord((CUevent)e, (CUstream)s); }
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flags) {
+  FAIL_IF("cudaStreamWaitEvent"); return cuStreamWaitEvent((CUstream)s, (CUevent)e, flags); }
+cudaError_t cudaGraphCreate(cudaGraph_t *g, unsigned int flags) {
+  FAIL_IF("cudaGraphCreate"); return cuGraphCreate((CUgraph *)g, flags); }
+cudaError_t cudaGraphAddKernelNode(cudaGraphNode_t *node, cudaGraph_t g,
+                                   const cudaGraphNode_t *deps, size_t n,
+                                   const cudaKernelNodeParams *p) {
+  FAIL_IF("cudaGraphAddKernelNode");
+  CUDA_KERNEL_NODE_PARAMS cu = {(CUfunction)p->func, p->gridDim.x, p->gridDim.y,
+                                p->gridDim.z, p->blockDim.x, p->blockDim.y, p->blockDim.z,
+                                p->sharedMemBytes, p->kernelParams, p->extra};
+  return cuGraphAddKernelNode((CUgraphNode *)node, (CUgraph)g, (const CUgraphNode *)deps, n,
+                              &cu);
+}
+cudaError_t cudaGraphAddNode(cudaGraphNode_t *node, cudaGraph_t g, const cudaGraphNode_t *deps,
+                             size_t n, cudaGraphNodeParams *p) {
+  FAIL_IF("cudaGraphAddNode");
+  if (p->type != 0) { /* not a kernel node: added, and nothing to launch */
+    *node = malloc(8);
+    return 0;
+  }
+  return cudaGraphAddKernelNode(node, g, deps, n, &p->kernel);
+}
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t g,
+                                 unsigned long long flags) {
+  FAIL_IF("cudaGraphInstantiate");
+  return cuGraphInstantiateWithFlags((CUgraphExec *)exec, (CUgraph)g, flags);
+}
