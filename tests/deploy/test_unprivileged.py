@@ -74,7 +74,10 @@ def test_unprivileged_user_serves_nvidia_amd_intel(open_dir: Path) -> None:
             ok = find(series, "gpu_exporter_collector_success", collector=collector)
             assert ok and ok[0].value == 1, (collector, ok)
         # Real readings came through, not just presence.
-        assert find(series, "hw_gpu_memory_limit_bytes", hw_vendor="nvidia")[0].value > 0
-        assert find(series, "hw_gpu_temperature_celsius", hw_vendor="amd")
+        assert [x.value for x in find(series, "hw_gpu_memory_limit_bytes",
+                                      hw_vendor="nvidia")] == [16 * fake.GIB]
+        assert {x.labels["sensor"]: x.value for x in find(
+            series, "hw_gpu_temperature_celsius", hw_vendor="amd")} == {
+            "edge": 56.0, "junction": 59.0, "memory": 54.0}
 
         assert https_get(port, ctx).status == 401
