@@ -8,11 +8,12 @@ reports with what the GPU reports through other means:
 - `nvidia-smi nvlink -s` for the active NVLink links, where the GPU has links;
 - GPM read directly through pynvml (its own samples, not the exporter's reader) over the
   same window as two scrapes of the exporter, idle and while a known matrix multiply
-  (FP16, 8192 x 8192, through torch or cupy) keeps the GPU busy: SM, tensor (HMMA) and
-  DRAM activity must agree, and be what that load does to a GPU.
+  keeps the GPU busy (FP16, 8192 x 8192, through torch or cupy; without them, FP16
+  tensor-core mma.sync tiles in a loop, PTX loaded through the driver's libcuda.so.1): SM,
+  tensor (HMMA) and DRAM activity must agree, and be what that load does to a GPU.
 
 Every line says PASS, FAIL or NOT CHECKED (and why: a single GPU has no NVLink, MIG must
-not be reconfigured on a lent machine, no torch or cupy for the load, a family the
+not be reconfigured on a lent machine, nothing to run the load with, a family the
 exporter does not report). Exit status: 0 when nothing failed, 1 when something did, 2
 when there is no NVIDIA GPU to check.
 """
@@ -319,9 +320,63 @@ def compare_gpm(report: Report, exporter: Exporter, index: int, uuid: str, handl
 
 
 # ---- the load ------------------------------------------------------------------------------
+# Without torch or cupy: FP16 tensor-core matrix multiplies (mma.sync m16n8k16, sm_80 and
+# newer) in a loop, as PTX the driver compiles itself, through libcuda.so.1 alone.
+PTX = r"""
+.version 7.0
+.target sm_80
+.address_size 64
+.visible .entry hmma_loop(.param .u64 out, .param .u32 iters)
+{
+    .reg .b32 a<4>;
+    .reg .b32 b<2>;
+    .reg .f32 c<4>;
+    .reg .f32 d<4>;
+    .reg .u32 i, n, t;
+    .reg .u64 p, o;
+    .reg .pred more;
+    ld.param.u64 p, [out];
+    ld.param.u32 n, [iters];
+    mov.b32 a0, 0x3c003c00;
+    mov.b32 a1, 0x3c003c00;
+    mov.b32 a2, 0x3c003c00;
+    mov.b32 a3, 0x3c003c00;
+    mov.b32 b0, 0x00010001;
+    mov.b32 b1, 0x00010001;
+    mov.f32 c0, 0f00000000;
+    mov.f32 c1, 0f00000000;
+    mov.f32 c2, 0f00000000;
+    mov.f32 c3, 0f00000000;
+    mov.f32 d0, 0f00000000;
+    mov.f32 d1, 0f00000000;
+    mov.f32 d2, 0f00000000;
+    mov.f32 d3, 0f00000000;
+    mov.u32 i, 0;
+LOOP:
+    mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32
+        {c0,c1,c2,c3}, {a0,a1,a2,a3}, {b0,b1}, {c0,c1,c2,c3};
+    mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32
+        {d0,d1,d2,d3}, {a0,a1,a2,a3}, {b0,b1}, {d0,d1,d2,d3};
+    add.u32 i, i, 1;
+    setp.lt.u32 more, i, n;
+    @more bra LOOP;
+    add.f32 c0, c0, c1;
+    add.f32 c0, c0, c2;
+    add.f32 c0, c0, c3;
+    add.f32 c0, c0, d0;
+    mov.u32 t, %tid.x;
+    cvt.u64.u32 o, t;
+    shl.b64 o, o, 2;
+    add.u64 p, p, o;
+    st.global.f32 [p], c0;
+    ret;
+}
+"""
+
 LOAD = textwrap.dedent("""
     import sys, time
     seconds = float(sys.argv[1])
+    ptx = sys.argv[2]
     try:
         import torch
         a = torch.randn(8192, 8192, dtype=torch.float16, device="cuda")
@@ -332,16 +387,50 @@ LOAD = textwrap.dedent("""
             torch.cuda.synchronize()
         runner = "torch"
     except ImportError:
-        import cupy
-        a = cupy.random.rand(8192, 8192, dtype=cupy.float32).astype(cupy.float16)
-        b = cupy.random.rand(8192, 8192, dtype=cupy.float32).astype(cupy.float16)
-        def step():
-            for _ in range(8):
-                cupy.matmul(a, b)
-            cupy.cuda.Device().synchronize()
-        runner = "cupy"
+        try:
+            import cupy
+        except ImportError:
+            cupy = None
+        if cupy is not None:
+            a = cupy.random.rand(8192, 8192, dtype=cupy.float32).astype(cupy.float16)
+            b = cupy.random.rand(8192, 8192, dtype=cupy.float32).astype(cupy.float16)
+            def step():
+                for _ in range(8):
+                    cupy.matmul(a, b)
+                cupy.cuda.Device().synchronize()
+            runner = "cupy"
+        else:
+            import ctypes
+            cu = ctypes.CDLL("libcuda.so.1")
+            def ok(name, *args):
+                rc = getattr(cu, name)(*args)
+                if rc != 0:
+                    text = ctypes.c_char_p()
+                    cu.cuGetErrorString(rc, ctypes.byref(text))
+                    raise SystemExit(f"{name}: {rc} {text.value}")
+            ok("cuInit", 0)
+            dev, ctx = ctypes.c_int(), ctypes.c_void_p()
+            ok("cuDeviceGet", ctypes.byref(dev), 0)
+            ok("cuDevicePrimaryCtxRetain", ctypes.byref(ctx), dev)
+            ok("cuCtxSetCurrent", ctx)
+            sms = ctypes.c_int()
+            ok("cuDeviceGetAttribute", ctypes.byref(sms), 16, dev)  # multiprocessors
+            module, fn = ctypes.c_void_p(), ctypes.c_void_p()
+            ok("cuModuleLoadData", ctypes.byref(module), ctypes.c_char_p(ptx.encode()))
+            ok("cuModuleGetFunction", ctypes.byref(fn), module, b"hmma_loop")
+            out = ctypes.c_uint64()
+            ok("cuMemAlloc_v2", ctypes.byref(out), ctypes.c_size_t(4 * 128))
+            iters = ctypes.c_uint32(1 << 16)
+            params = (ctypes.c_void_p * 2)(ctypes.cast(ctypes.byref(out), ctypes.c_void_p),
+                                           ctypes.cast(ctypes.byref(iters), ctypes.c_void_p))
+            def step():
+                # 8 blocks of 4 warps per SM
+                ok("cuLaunchKernel", fn, 8 * sms.value, 1, 1, 128, 1, 1, 0, None, params,
+                   None)
+                ok("cuCtxSynchronize")
+            runner = "PTX mma.sync through libcuda"
     step()
-    print("ready", runner, flush=True)
+    print("ready", runner.replace(" ", "_"), flush=True)
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         step()
@@ -353,22 +442,24 @@ def load_runner() -> str | None:
         res = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True)
         if res.returncode == 0:
             return module
-    return None
+    res = subprocess.run([sys.executable, "-c", "import ctypes; ctypes.CDLL('libcuda.so.1')"],
+                         capture_output=True)
+    return "libcuda" if res.returncode == 0 else None
 
 
 @contextmanager
 def matmul_load(uuid: str, seconds: float) -> Iterator[str]:
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": uuid}
-    proc = subprocess.Popen([sys.executable, "-c", LOAD, str(seconds)], env=env,
+    proc = subprocess.Popen([sys.executable, "-c", LOAD, str(seconds), PTX], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline().split()
         if line[:1] != ["ready"]:
             proc.kill()
-            raise RuntimeError(f"the load did not start: {proc.communicate()[1][-2000:]}")
+            raise RuntimeError(proc.communicate()[1].strip()[-2000:] or "no output")
         time.sleep(1.0)  # past the ramp-up
-        yield line[1]
+        yield line[1].replace("_", " ")
     finally:
         proc.kill()
         proc.wait()
@@ -417,7 +508,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 report.skip(f"{g} MIG", "not in MIG mode, and MIG must not be reconfigured "
                             "on a lent machine")
             state = _feature_state(samples, uuid)
-            if not pynvml.nvmlGpmQueryDeviceSupport(handle).isSupportedDevice:
+            try:
+                supported = bool(pynvml.nvmlGpmQueryDeviceSupport(handle).isSupportedDevice)
+            except (pynvml.NVMLError, AttributeError) as exc:  # an older driver or binding
+                report.check(state == "unavailable", f"{g} GPM",
+                             f"NVML answers {exc!r}; the exporter's nvidia.gpm state: {state}")
+                continue
+            if not supported:
                 report.check(state == "disabled", f"{g} GPM",
                              f"the GPU has no GPM; the exporter's nvidia.gpm state: {state}")
                 continue
@@ -428,19 +525,27 @@ def main(argv: Sequence[str] | None = None) -> int:
             if index not in load_gpus:
                 continue
             if runner is None:
-                report.skip(f"{g} GPM under a known load", "neither torch nor cupy is "
-                            "installed for the matrix multiply (pip install torch)")
+                report.skip(f"{g} GPM under a known load", "neither torch, cupy nor the "
+                            "driver's libcuda.so.1 is there to run the matrix multiply")
+                continue
+            if mig:
+                report.skip(f"{g} GPM under a known load", "in MIG mode a load runs inside "
+                            "one GPU instance, not on the whole GPU")
                 continue
             if not busy:
                 sm = idle.get("SM active")
                 report.check(sm is not None and sm <= IDLE_AT_MOST, f"{g} idle: SM active",
                              f"{sm} (at most {IDLE_AT_MOST} with no process on the GPU)")
-            with matmul_load(uuid, 3 * args.window + 10) as used:
-                loaded = compare_gpm(report, exporter, index, uuid, handle,
-                                     f"FP16 matmul ({used})", args.window)
-                smi_now = smi_query(smi)[uuid] if smi else {}
-                util = value(exporter.scrape(), "hw_gpu_utilization_ratio", hw_id=uuid,
-                             hw_gpu_task="general")
+            try:
+                with matmul_load(uuid, 3 * args.window + 10) as used:
+                    loaded = compare_gpm(report, exporter, index, uuid, handle,
+                                         f"FP16 matmul ({used})", args.window)
+                    smi_now = smi_query(smi)[uuid] if smi else {}
+                    util = value(exporter.scrape(), "hw_gpu_utilization_ratio", hw_id=uuid,
+                                 hw_gpu_task="general")
+            except RuntimeError as exc:
+                report.skip(f"{g} GPM under a known load", f"the load did not start: {exc}")
+                continue
             for name, least in UNDER_LOAD.items():
                 got = loaded.get(name)
                 report.check(got is not None and got >= least, f"{g} under load: {name}",

@@ -98,6 +98,11 @@ def test_make_demo_runs_and_ctrl_c_stops_everything_with_exit_0() -> None:
             assert time.monotonic() < deadline, "no demo data in VictoriaMetrics"
             time.sleep(1)
         assert int(res[0]["value"][1]) >= 6  # 4 fake H100s + the AMD and Intel captures
+        # GPM activity of every simulated H100 (same scrape as hw_gpu_up)
+        gpm = _get(vm + "/api/v1/query?query=" + urllib.parse.quote(
+            'count(hw_gpu_sm_active_ratio{demo="true"}) == '
+            'count(hw_gpu_info{demo="true", hw_vendor="nvidia"})'))["data"]["result"]
+        assert gpm and int(gpm[0]["value"][1]) >= 4, gpm
 
         groups = _get(f"http://127.0.0.1:{ports['VMALERT']}/api/v1/rules")["data"]["groups"]
         rules = sum(len(g["rules"]) for g in groups)

@@ -39,7 +39,7 @@ def test_compares_gpm_with_a_direct_read_and_says_what_it_could_not_check(
         assert f"PASS         GPU {i} idle: GPM window" in out
         assert f"NOT CHECKED  GPU {i} MIG: not in MIG mode" in out
     assert "NOT CHECKED  nvidia-smi comparisons" in out
-    assert "NOT CHECKED  GPU 0 GPM under a known load: neither torch nor cupy" in out
+    assert "NOT CHECKED  GPU 0 GPM under a known load: neither torch, cupy nor" in out
     assert " 0 failed" in out
 
 
