@@ -220,10 +220,12 @@ class Attribution:
 def shares(total: float, weights: Sequence[float]) -> list[float]:
     """`total` split in proportion to `weights` (non-negative, sum > 0). The rounding
     residue goes to the largest part, so the parts add up to `total` as closely as floats
-    allow and none is negative."""
+    allow and none is negative. The largest part is the one of the largest weight: with a
+    total near the smallest float every product may underflow to 0, and the residue must
+    not then land on a weight of 0."""
     whole = math.fsum(weights)
-    parts = [total * w / whole for w in weights]
-    largest = max(range(len(parts)), key=parts.__getitem__)
+    parts = [total * (w / whole) for w in weights]
+    largest = max(range(len(weights)), key=weights.__getitem__)
     parts[largest] += total - math.fsum(parts)
     return parts
 

@@ -9,7 +9,7 @@ import random
 from collections.abc import Hashable, Sequence
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from gpu_exporter.attribution import (
@@ -217,6 +217,7 @@ def test_a_mig_device_removed_takes_its_series_away() -> None:
 @given(st.floats(0, 1e9, allow_nan=False),
        st.lists(st.floats(0, 1e6, allow_nan=False), min_size=1, max_size=40)
        .filter(lambda w: math.fsum(w) > 0))
+@example(5.6888284304723946e-185, [0.0, 5.6888284304723946e-185])  # every product underflows
 def test_shares_add_up_and_are_never_negative(total: float, weights: list[float]) -> None:
     parts = shares(total, weights)
     assert all(x >= 0 for x in parts)
