@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -131,3 +132,9 @@ class Graphs:
     def forget(self, tgid: int) -> None:
         with self._lock:
             self._procs.pop(tgid, None)
+
+    def prune(self, keep: Callable[[int], bool]) -> None:
+        """Forget the processes `keep` says no (exited, with nothing left to count)."""
+        with self._lock:
+            for tgid in [t for t in self._procs if not keep(t)]:
+                del self._procs[tgid]

@@ -587,6 +587,7 @@ class Engine:
             for key, n in self._shape_rows(_int(k), v):
                 totals[key] += n
         self._fold(dead_stats, dead_shapes, totals)
+        self.graphs.prune(counted)  # processes that made graphs but never ran one
         self._prune_captures(alive)
         return self._activity(totals)
 

@@ -88,3 +88,11 @@ def test_a_process_given_up_on_has_no_pending_graph() -> None:
     assert g.kernels(TGID, 9) == PENDING
     g.give_up(TGID)
     assert g.kernels(TGID, 9) is None
+
+
+def test_exited_processes_are_forgotten() -> None:
+    g = Graphs()
+    capture(g, 1, 0x100, [0xA])
+    g.on_event(ev(abi.EV_GRAPH_EXEC, 2, 0x100))
+    g.prune(lambda tgid: tgid != TGID)
+    assert g.kernels(TGID, 2) == PENDING  # nothing kept: as for a process never seen
