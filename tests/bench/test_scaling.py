@@ -23,6 +23,8 @@ def _measure(benchmark: Any, sc: Any, tmp_path: Path, group: str) -> tuple[float
         generate_latest(registry)
         series = parse(generate_latest(registry).decode())
         assert len(find(series, "hw_gpu_up")) == len(sc.devices)
+        # every GPU's whole section was read: its last lines (GPM) too
+        assert len(find(series, "hw_gpu_sm_active_ratio")) == len(sc.devices)
         benchmark.group = group
         benchmark.pedantic(lambda: generate_latest(registry), rounds=ROUNDS, iterations=1,
                            warmup_rounds=2)
@@ -39,7 +41,7 @@ def test_scrape_time_vs_gpus(benchmark: Any, results: Results, tmp_path: Path,
     results.put("scaling_gpus", str(gpus), {"x": gpus, "median": median, "series": series})
 
 
-# Up to 200 per GPU: a device section of the fake holds at most 256 lines (MAX_KV).
+# Up to 200 per GPU: a device section of the fake holds at most 320 lines (MAX_KV).
 @pytest.mark.parametrize("processes", [0, 200, 400, 800, 1200, 1600])
 def test_scrape_time_vs_series(benchmark: Any, results: Results, tmp_path: Path,
                                processes: int) -> None:

@@ -5,6 +5,11 @@ label joins, self-metrics, rendering). Floor: the NVML calls that very scrape ma
 replayed straight through pynvml, plus `generate_latest` of the families it produced,
 pre-built. The two alternate round by round (floor, exporter, floor, ...), so drift on
 a shared machine hits both alike.
+
+Scrapes come GPM's minimum window apart, as a real scraper's do: every scrape, and the
+recorded one, takes its GPM samples (closer ones serve the last GPM values, which would
+leave GPM's calls out of both sides). Both sides' rounds follow such a pause, so both
+start as cold as a scrape every 15 s does.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from typing import Any
 import pytest
 from prometheus_client.exposition import generate_latest
 
+from gpu_exporter.nvml.gpm import MIN_WINDOW_SECONDS
 from tests.bench import fleet, floor, procstat
 from tests.bench.conftest import Results
 from tests.bench.stats import percentile
@@ -38,9 +44,11 @@ def test_scrape_vs_floor(benchmark: Any, results: Results, tmp_path: Path, gpus:
     sc = fleet.scenario(gpus, PROCESSES, call_delay_us)
     with fleet.in_process(sc, tmp_path, KERNEL_SERIES) as (exporter, registry):
         generate_latest(registry)  # first scrape: per-process state, caches
+        time.sleep(MIN_WINDOW_SECONDS)
         with floor.recording_nvml() as rec:
             families = list(exporter.collect())
         prebuilt = floor.prebuilt_registry(families)
+        assert rec.by_function().get("nvmlGpmSampleGet") == gpus  # GPM in both sides
 
         # The node is what it claims: every GPU up, every process reported, and the
         # floor renders the same exposition the exporter does.
@@ -55,9 +63,14 @@ def test_scrape_vs_floor(benchmark: Any, results: Results, tmp_path: Path, gpus:
         floor_times: list[float] = []
 
         def run_floor() -> None:
+            time.sleep(MIN_WINDOW_SECONDS)
             floor_times.append(floor.timed(lambda: floor.floor_scrape(rec.calls, prebuilt)))
+            time.sleep(MIN_WINDOW_SECONDS)
 
-        warm = [floor.timed(lambda: generate_latest(registry)) for _ in range(3)]
+        warm = []
+        for _ in range(3):
+            time.sleep(MIN_WINDOW_SECONDS)
+            warm.append(floor.timed(lambda: generate_latest(registry)))
         run_floor()
         rounds = rounds_for(min(warm) + floor_times[-1])
         floor_times.clear()
@@ -100,6 +113,7 @@ def test_breakdown(benchmark: Any, results: Results, tmp_path: Path) -> None:
     pids = [pid for d in sc.devices for _, pid, *_ in d.processes]
     with fleet.in_process(sc, tmp_path, KERNEL_SERIES) as (exporter, registry):
         generate_latest(registry)
+        time.sleep(MIN_WINDOW_SECONDS)
         with floor.recording_nvml() as rec:
             families = list(exporter.collect())
         prebuilt = floor.prebuilt_registry(families)
@@ -126,8 +140,11 @@ def test_breakdown(benchmark: Any, results: Results, tmp_path: Path) -> None:
         times: dict[str, list[float]] = {k: [] for k in parts}
 
         def run_parts() -> None:
+            # nvidia_collect, and the whole scrape after the parts, take GPM samples
+            time.sleep(MIN_WINDOW_SECONDS)
             for k, fn in parts.items():
                 times[k].append(floor.timed(fn))
+            time.sleep(MIN_WINDOW_SECONDS)
 
         benchmark.group = "breakdown: 8 GPUs, 200 processes, 0 us/call"
         benchmark.pedantic(lambda: generate_latest(registry), setup=run_parts, rounds=150,
