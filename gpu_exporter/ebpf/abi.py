@@ -279,7 +279,12 @@ class Probe:
         return _SUFFIX.sub("", self.symbol)
 
 
-RETURN_PROGRAM: Final = "on_return"
+RETURN_PROGRAM: Final = "on_return"  # on every runtime entry point
+RETURN_PROGRAM_DRIVER: Final = "on_return_drv"  # on every driver entry point
+
+
+def return_program(p: Probe) -> str:
+    return RETURN_PROGRAM_DRIVER if p.driver else RETURN_PROGRAM
 
 
 def _variants(symbol: str, program: str, arg: int = 0, driver: bool = False,

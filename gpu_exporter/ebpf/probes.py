@@ -124,7 +124,7 @@ def load_bpf(bcc: Any, offsets: dict[str, int] | None = None,
 
 
 def uprobe_programs() -> list[str]:
-    return [*abi.ENTRY_PROGRAMS, abi.RETURN_PROGRAM]
+    return [*abi.ENTRY_PROGRAMS, abi.RETURN_PROGRAM, abi.RETURN_PROGRAM_DRIVER]
 
 
 def choose_mechanism(wanted: str) -> tuple[str, str | None]:
@@ -371,7 +371,7 @@ class Engine:
                     continue
                 cookie = abi.cookie(abi.INDEX[probe_symbol])
                 points.append(attach.Point(offset, probe.program, False, cookie))
-                points.append(attach.Point(offset, abi.RETURN_PROGRAM, True, cookie))
+                points.append(attach.Point(offset, abi.return_program(probe), True, cookie))
         except ElfError as exc:
             log.warning("cannot read symbols of %s (pid %d): %s", cand.path, cand.pid, exc)
             self._failed.add(cand.file)

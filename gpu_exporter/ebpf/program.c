@@ -29,7 +29,8 @@ struct skey {
 struct frame {
     u64 a, b, c, d;  // the call's arguments, as its entry program keeps them
     u64 ts;
-    u32 cookie;
+    u64 sp;  // the stack pointer at entry: the call's return finds it one word lower
+    u32 cookie;  // the probe's, or (rt_launch, drv_launch) its side alone: see finish()
     u8 op;
     u8 depth;  // probed calls of this side the thread is inside of (nested: not counted)
     u8 counted;  // the call to count: for a driver call, one made outside the runtime
@@ -44,7 +45,7 @@ struct tstate {
     u32 pending_hint;
     u8 pushed_dev[CTX_STACK];  // the devices of the contexts pushed over, oldest first
     u32 pushed;  // contexts pushed (cuCtxPushCurrent) and not popped
-    u32 pad;
+    u32 tgid;  // the thread's process, kept so that a return needs no helper call for it
 };
 
 // The device of each context a probed call made (cuDevicePrimaryCtxRetain, cuCtxCreate):
@@ -135,6 +136,7 @@ struct gevent {
 #define COOKIE_CALL(c) ((c) & 0xffff)
 #define COOKIE_ARG(c) (((c) >> 16) & 0xff)
 #define COOKIE_DRIVER(c) (((c) >> 24) & 1)
+#define COOKIE_DRIVER_BIT (1u << 24)
 #define COOKIE_POS(c) (((c) >> 25) & 0x7f)
 
 static __always_inline void drop(u32 reason) {
@@ -374,14 +376,18 @@ static __always_inline struct tstate *thread_state(int create) {
 // same side (the outer one is what the application called). A driver call made inside a
 // runtime call gets no frame (its return is then ignored: the runtime call is the one
 // counted), unless it names something (`names`: a frame that is not `counted`).
-static __always_inline struct frame *enter_as(struct pt_regs *ctx, u8 op, int names,
-                                              struct tstate **tp) {
-    u32 cookie = bpf_get_attach_cookie(ctx);
+// The cookie is the probe's, or for the launch programs only its side (COOKIE_DRIVER):
+// a BPF cookie read costs as much as the rest of a launch's frame on the CI VM, and a
+// successful launch does not need its call's name (see finish()).
+static __always_inline struct frame *enter_with(struct pt_regs *ctx, u8 op, int names,
+                                                struct tstate **tp, u32 cookie) {
     struct tstate *t = thread_state(1);
     if (!t) {
         drop(DROP_THREADS_FULL);
         return 0;
     }
+    if (t->tgid == 0)  // new: a thread's process does not change (exec keeps it)
+        t->tgid = bpf_get_current_pid_tgid() >> 32;
     *tp = t;
     struct frame *f = COOKIE_DRIVER(cookie) ? &t->side[1] : &t->side[0];
     if (f->depth > 0) {
@@ -393,10 +399,16 @@ static __always_inline struct frame *enter_as(struct pt_regs *ctx, u8 op, int na
     if (!counted && !names)
         return 0;
     f->depth = 1;
+    f->sp = PT_REGS_SP(ctx);
     f->cookie = cookie;
     f->op = op;
     f->counted = counted;
     return f;
+}
+
+static __always_inline struct frame *enter_as(struct pt_regs *ctx, u8 op, int names,
+                                              struct tstate **tp) {
+    return enter_with(ctx, op, names, tp, bpf_get_attach_cookie(ctx));
 }
 
 static __always_inline struct frame *enter(struct pt_regs *ctx, u8 op) {
@@ -493,13 +505,14 @@ static __always_inline void finish(struct pt_regs *ctx, u32 tgid, struct frame *
                                    struct tstate *t) {
     u32 dev = t->dev;
     int rc = (int)PT_REGS_RC(ctx);
-    u16 call = COOKIE_CALL(f->cookie);
     u16 api = COOKIE_DRIVER(f->cookie) ? API_DRIVER : API_RUNTIME;
     if (f->op == OP_CAPTURE_END && f->counted)
         capture_ended(tgid, f, rc);
     if (rc != 0) {
+        // Which call failed: the return probe carries the same cookie as the entry's
+        // (read here, not on every launch).
         if (f->counted)
-            add(tgid, FAM_ERROR, call, (u32)rc, 0, dev, 1);
+            add(tgid, FAM_ERROR, COOKIE_CALL(bpf_get_attach_cookie(ctx)), (u32)rc, 0, dev, 1);
         return;
     }
     switch (f->op) {
@@ -679,13 +692,13 @@ static __always_inline void finish(struct pt_regs *ctx, u32 tgid, struct frame *
     }
 }
 
-// The one return program, on every probed entry point.
-int on_return(struct pt_regs *ctx) {
-    u32 cookie = bpf_get_attach_cookie(ctx);
+// The return programs: on_return on every runtime entry point, on_return_drv on every
+// driver one (the side is the program's, so no cookie is read on success).
+static __always_inline int returned(struct pt_regs *ctx, int side) {
     struct tstate *t = thread_state(0);
     if (!t)
         return 0;
-    struct frame *f = COOKIE_DRIVER(cookie) ? &t->side[1] : &t->side[0];
+    struct frame *f = &t->side[side];
     if (f->depth == 0)
         return 0;
     if (f->depth > 1) {
@@ -693,8 +706,9 @@ int on_return(struct pt_regs *ctx) {
         return 0;
     }
     // A return whose entry was not seen (the probes were being attached) is not the
-    // frame's call: leave the frame to its own return.
-    if (f->cookie != cookie)
+    // frame's call: leave the frame to its own return. The frame's call returns with the
+    // stack pointer one word above its entry's (the return address popped).
+    if (PT_REGS_SP(ctx) != f->sp + 8)
         return 0;
     f->depth = 0;
 #ifdef FRAMES_ONLY
@@ -703,8 +717,16 @@ int on_return(struct pt_regs *ctx) {
     return 0;
 #endif
     struct frame copy = *f;
-    finish(ctx, bpf_get_current_pid_tgid() >> 32, &copy, t);
+    finish(ctx, t->tgid, &copy, t);
     return 0;
+}
+
+int on_return(struct pt_regs *ctx) {
+    return returned(ctx, 0);
+}
+
+int on_return_drv(struct pt_regs *ctx) {
+    return returned(ctx, 1);
 }
 
 static __always_inline u64 stack_arg(struct pt_regs *ctx, int n) {
@@ -724,7 +746,7 @@ static __always_inline u64 dim3_count(u64 xy, u64 z) {
 // stack. Also cudaLaunchCooperativeKernel and the _ptsz variants.
 int rt_launch(struct pt_regs *ctx) {
     struct tstate *t;
-    struct frame *f = enter_as(ctx, OP_LAUNCH, 0, &t);
+    struct frame *f = enter_with(ctx, OP_LAUNCH, 0, &t, 0);
     if (!f)
         return 0;
     f->a = PT_REGS_PARM1(ctx);
@@ -761,7 +783,8 @@ int launch_ex(struct pt_regs *ctx) {
 //                CUstream stream, void **params, void **extra): bz, shared, stream on
 // the stack (read in one go). Also cuLaunchCooperativeKernel.
 int drv_launch(struct pt_regs *ctx) {
-    struct frame *f = enter(ctx, OP_LAUNCH);
+    struct tstate *t;
+    struct frame *f = enter_with(ctx, OP_LAUNCH, 0, &t, COOKIE_DRIVER_BIT);
     if (!f)
         return 0;
     u64 stack[3] = {};

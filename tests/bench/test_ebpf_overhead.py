@@ -96,8 +96,8 @@ def _points(build: Build, api: str, case: str) -> dict[str, list[Any]]:
         points.append(attach.Point(offset, abi.BY_SYMBOL[symbol].program if ours else "noop",
                                    False, cookie))
         if case != "noop_one_uprobe":
-            points.append(attach.Point(offset, abi.RETURN_PROGRAM if ours else "noop", True,
-                                       cookie))
+            ret = abi.return_program(abi.BY_SYMBOL[symbol]) if ours else "noop"
+            points.append(attach.Point(offset, ret, True, cookie))
     return out
 
 

@@ -206,7 +206,7 @@ def test_both_attach_mechanisms_place_count_and_remove_probes(cuda_build: Build,
             probe = abi.BY_SYMBOL["cudaLaunchKernel"]
             cookie = abi.cookie(abi.INDEX["cudaLaunchKernel"])
             points = [attach.Point(offset, probe.program, False, cookie),
-                      attach.Point(offset, abi.RETURN_PROGRAM, True, cookie)]
+                      attach.Point(offset, abi.return_program(probe), True, cookie)]
             w = Workload([str(d / "workload"), "threads", "1", "7"])
             at = probe_address(w.proc.pid, lib, "cudaLaunchKernel")
             a = mech.attach(lib, points)
