@@ -27,9 +27,6 @@ from gpu_exporter.settings import Option
 log = logging.getLogger("gpu_exporter.collectors.ebpf")
 
 _NVML_MARGIN_SECONDS = 0.1  # of the scrape deadline, left for the rest of collect()
-# Process lists only: utilization samples are the processes collector's (reading them
-# here would take its samples away).
-_NO_SAMPLES = nvml_processes.UtilizationState(Availability.disabled())
 
 # Capability bits (linux/capability.h).
 CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF = 21, 38, 39
@@ -235,7 +232,7 @@ class EbpfCollector(Collector):
             self._nvml_problem = exc
             return None
         self._nvml_problem = None
-        jobs = [(index, partial(nvml_processes.read, dev, _NO_SAMPLES))
+        jobs = [(index, partial(nvml_processes.lists_once, sink, session.generation, dev))
                 for index, dev in sorted(session.devices.items())]
         results = self._lanes.start(jobs).finish(sink.deadline - _NVML_MARGIN_SECONDS)
         devices_of: dict[int, set[str]] = defaultdict(set)

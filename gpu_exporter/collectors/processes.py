@@ -32,6 +32,7 @@ from gpu_exporter.labels import PodLabels, ProcessLabels
 from gpu_exporter.nvml import processes as nvml_processes
 from gpu_exporter.nvml import stack as nvml_stack
 from gpu_exporter.nvml.calls import NvmlGone, NvmlUnavailable
+from gpu_exporter.nvml.devices import NvmlDevice
 from gpu_exporter.nvml.lanes import Lanes, Run
 from gpu_exporter.nvml.stack import Session, StackBusy
 from gpu_exporter.process_cap import ProcessCap
@@ -323,7 +324,7 @@ class ProcessesCollector(Collector):
                 state = self._sampling[dev.identity.key] = nvml_processes.UtilizationState(
                     dev.process_utilization or Availability.enabled(),
                     int((time.time() - window) * 1_000_000))
-            jobs.append((index, partial(nvml_processes.read, dev, state)))
+            jobs.append((index, partial(_read_device, sink, session.generation, dev, state)))
         return session, self._lanes.start(jobs)
 
     def _finish_nvidia(self, sink: Sink, session: Session,
@@ -439,6 +440,12 @@ def _pods_by_uid(
         if len(candidates) == 1:
             out.setdefault(info.pod_uid, next(iter(candidates)))
     return out
+
+
+def _read_device(sink: Sink, generation: int, dev: NvmlDevice,
+                 state: nvml_processes.UtilizationState) -> nvml_processes.DeviceProcesses:
+    return nvml_processes.with_utilization(
+        dev, state, nvml_processes.lists_once(sink, generation, dev))
 
 
 def _process_labels(

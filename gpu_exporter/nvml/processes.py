@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Literal
 
 import pynvml
 
-from gpu_exporter.collectors.base import Availability
+from gpu_exporter.collectors.base import Availability, Sink
 from gpu_exporter.nvml.calls import Calls, DeviceLost, Versions
 from gpu_exporter.nvml.devices import (
     NvmlDevice,
@@ -68,6 +69,7 @@ class DeviceProcesses:
     utilization: list[ProcessUtilization] = field(default_factory=list)
     failures: list[tuple[str, str]] = field(default_factory=list)
     complete: bool = True  # False: a process list could not be read (others may be missing)
+    lost: bool = False  # the GPU answered GPU_IS_LOST: nothing more is asked of it
 
 
 @dataclass
@@ -83,20 +85,43 @@ class UtilizationState:
         default_factory=lambda: int((time.time() - FIRST_WINDOW_SECONDS) * 1_000_000))
 
 
-def read(dev: NvmlDevice, state: UtilizationState) -> DeviceProcesses:
-    """Raises NvmlGone; a lost GPU reports no processes (its device series say it is
-    lost), and says its list is not complete."""
+def read_lists(dev: NvmlDevice) -> DeviceProcesses:
+    """The GPU's compute and graphics process lists (no utilization). Read once per
+    scrape for every collector that needs them (`Sink.once`): the result is never changed
+    afterwards. Raises NvmlGone; a lost GPU reports no processes (its device series say it
+    is lost), and says its list is not complete."""
     out = DeviceProcesses()
     call = Calls(dev.identity.key)
     try:
-        _read(dev, state, call, out)
+        _read_lists(dev, call, out)
     except DeviceLost:
-        return DeviceProcesses(complete=False)  # its processes are unknown, not none
+        return DeviceProcesses(complete=False, lost=True)  # its processes are unknown
     out.failures.extend(call.failures)
     return out
 
 
-def _read(dev: NvmlDevice, state: UtilizationState, call: Calls, out: DeviceProcesses) -> None:
+def lists_once(sink: Sink, generation: int, dev: NvmlDevice) -> DeviceProcesses:
+    """The GPU's process lists of this scrape: read by the first collector that asks (the
+    processes and eBPF collectors both need them), the same record for the other."""
+    return sink.once(("nvml-process-lists", generation, dev.identity.key),
+                     partial(read_lists, dev))
+
+
+def with_utilization(dev: NvmlDevice, state: UtilizationState,
+                     lists: DeviceProcesses) -> DeviceProcesses:
+    """`lists` with the utilization samples since the previous read added (a new record:
+    `lists` may be another collector's too). Raises NvmlGone."""
+    if lists.lost or state.availability.state != "enabled":
+        return lists
+    call = Calls(dev.identity.key)
+    try:
+        samples = _utilization_since(dev, state, call)
+    except DeviceLost:
+        return DeviceProcesses(complete=False, lost=True)
+    return replace(lists, utilization=samples, failures=[*lists.failures, *call.failures])
+
+
+def _read_lists(dev: NvmlDevice, call: Calls, out: DeviceProcesses) -> None:
     uuid = dev.identity.key
     migs = {m.instance: m.identity.key for m in dev.migs}
     by_pid: dict[tuple[str, int], tuple[int | None, set[ProcessKind]]] = {}
@@ -118,8 +143,6 @@ def _read(dev: NvmlDevice, state: UtilizationState, call: Calls, out: DeviceProc
             by_pid[key] = (max(both) if both else None, kinds)
     for (device, pid), (used, kinds) in sorted(by_pid.items()):
         out.processes.append(GpuProcess(device, pid, used, frozenset(kinds)))
-    if state.availability.state == "enabled":
-        out.utilization.extend(_utilization_since(dev, state, call))
 
 
 def _utilization_since(dev: NvmlDevice, state: UtilizationState,
