@@ -131,7 +131,7 @@ EV_DEVICE_PCI: Final = 8  # id = a device ordinal of the process, name = its PCI
 EV_EXEC: Final = 5
 EV_MAPPED: Final = 6
 PROC_EVENT = struct.Struct("<II")
-# On the `events` ring buffer too (struct gevent: type, tgid, api, pad, id, target).
+# On the `events` ring buffer too (struct ehead alone: type, tgid, api, pad, id, target).
 EV_GRAPH_CREATE: Final = 20  # id = a graph, new and empty
 EV_GRAPH_NODE: Final = 21  # id = a kernel (api: its key's), target = the graph it was added to
 EV_CAPTURE_BEGIN: Final = 22  # id = a capture, target = the graph it adds to (ToGraph) or 0

@@ -65,14 +65,20 @@ struct pend {
     u32 dev;
 };
 
-struct event {
+// The head of every record on `events`: of a struct event, or a CUDA graph's event alone
+// (abi.EVENT_HEAD, abi.GRAPH_EVENT).
+struct ehead {
     u32 type;
     u32 tgid;
-    u16 fam;
+    u16 fam;  // a graph event's: the api
     u16 sub;
     u32 pad;
     u64 id;
     u64 target;
+};
+
+struct event {
+    struct ehead head;
     char comm[16];
     char name[NAME_LEN];
 };
@@ -122,16 +128,8 @@ BPF_HASH(execs, struct gkey, u64, EXECS_MAX);  // executable graph -> its serial
 // [0] captures begun and not ended; [1] of those, the ones whose process exited (written
 // by user space only); [2] the last serial given (captures, executable graphs).
 BPF_ARRAY(graph_state, u64, 3);
-// On the `events` ring buffer, after the names it may need (one buffer: one order).
-struct gevent {
-    u32 type;
-    u32 tgid;
-    u16 api;
-    u16 pad;
-    u32 pad2;
-    u64 id;
-    u64 target;
-};
+// A graph's events are on the `events` ring buffer (a struct ehead alone), after the
+// names they may need (one buffer: one order).
 
 #define COOKIE_CALL(c) ((c) & 0xffff)
 #define COOKIE_ARG(c) (((c) >> 16) & 0xff)
@@ -145,19 +143,46 @@ static __always_inline void drop(u32 reason) {
         __sync_fetch_and_add(v, 1);
 }
 
-static __always_inline void graph_event(u32 tgid, u32 type, u16 api, u64 id, u64 target) {
-    struct gevent *e = events.ringbuf_reserve(sizeof(struct gevent));
+// A record of `size` bytes reserved on `events`, its head filled in; 0 when the buffer is
+// full (dropped for reason `full`).
+static __always_inline struct ehead *event_start(u32 size, u32 full, u32 type, u32 tgid,
+                                                 u16 fam, u16 sub, u64 id, u64 target) {
+    struct ehead *e = events.ringbuf_reserve(size);
     if (!e) {
-        drop(DROP_GRAPH_EVENTS_FULL);
-        return;
+        drop(full);
+        return 0;
     }
     e->type = type;
     e->tgid = tgid;
-    e->api = api;
+    e->fam = fam;
+    e->sub = sub;
     e->pad = 0;
-    e->pad2 = 0;
     e->id = id;
     e->target = target;
+    return e;
+}
+
+static __always_inline void graph_event(u32 tgid, u32 type, u16 api, u64 id, u64 target) {
+    struct ehead *e = event_start(sizeof(struct ehead), DROP_GRAPH_EVENTS_FULL, type, tgid,
+                                  api, 0, id, target);
+    if (e)
+        events.ringbuf_submit(e, 0);
+}
+
+// A struct event: the process's command and, at `name_ptr` (0: none), a name or (for
+// EV_DEVICE_UUID) the 16 bytes of a UUID.
+static __always_inline void send_event(u32 tgid, u32 type, u16 fam, u16 sub, u64 id,
+                                       u64 target, u64 name_ptr) {
+    struct event *e = (struct event *)event_start(sizeof(struct event), DROP_EVENTS_FULL,
+                                                  type, tgid, fam, sub, id, target);
+    if (!e)
+        return;
+    bpf_get_current_comm(&e->comm, sizeof(e->comm));
+    e->name[0] = 0;
+    if (type == EV_DEVICE_UUID)  // 16 bytes, not a string
+        bpf_probe_read_user(&e->name, 16, (void *)name_ptr);
+    else if (name_ptr)
+        bpf_probe_read_user_str(&e->name, sizeof(e->name), (void *)name_ptr);
     events.ringbuf_submit(e, 0);
 }
 
@@ -202,21 +227,7 @@ static __always_inline u64 capture_of(u32 tgid, u64 stream) {
 }
 
 static __always_inline void new_key(u32 tgid, u16 fam, u16 sub, u64 id) {
-    struct event *e = events.ringbuf_reserve(sizeof(struct event));
-    if (!e) {
-        drop(DROP_EVENTS_FULL);
-        return;
-    }
-    e->type = EV_NEW_KEY;
-    e->tgid = tgid;
-    e->fam = fam;
-    e->sub = sub;
-    e->pad = 0;
-    e->id = id;
-    e->target = 0;
-    bpf_get_current_comm(&e->comm, sizeof(e->comm));
-    e->name[0] = 0;
-    events.ringbuf_submit(e, 0);
+    send_event(tgid, EV_NEW_KEY, fam, sub, id, 0, 0);
 }
 
 static __always_inline void add(u32 tgid, u16 fam, u16 sub, u64 id, u32 slot, u32 dev,
@@ -406,39 +417,6 @@ static __always_inline struct frame *enter_with(struct pt_regs *ctx, u8 op, int 
     return f;
 }
 
-static __always_inline struct frame *enter_as(struct pt_regs *ctx, u8 op, int names,
-                                              struct tstate **tp) {
-    return enter_with(ctx, op, names, tp, bpf_get_attach_cookie(ctx));
-}
-
-static __always_inline struct frame *enter(struct pt_regs *ctx, u8 op) {
-    struct tstate *t;
-    return enter_as(ctx, op, 0, &t);
-}
-
-static __always_inline void handle_event(u32 tgid, u32 type, u64 handle, u64 target,
-                                         u64 name_ptr) {
-    struct event *e = events.ringbuf_reserve(sizeof(struct event));
-    if (!e) {
-        drop(DROP_EVENTS_FULL);
-        return;
-    }
-    e->type = type;
-    e->tgid = tgid;
-    e->fam = 0;
-    e->sub = 0;
-    e->pad = 0;
-    e->id = handle;
-    e->target = target;
-    bpf_get_current_comm(&e->comm, sizeof(e->comm));
-    e->name[0] = 0;
-    if (type == EV_DEVICE_UUID)  // 16 bytes, not a string
-        bpf_probe_read_user(&e->name, 16, (void *)name_ptr);
-    else if (name_ptr)
-        bpf_probe_read_user_str(&e->name, sizeof(e->name), (void *)name_ptr);
-    events.ringbuf_submit(e, 0);
-}
-
 static __always_inline u32 dev_of(u64 ordinal) {
     return ordinal <= DEV_ORDINAL_MAX ? (u32)ordinal + 1 : DEV_UNKNOWN;
 }
@@ -559,13 +537,13 @@ static __always_inline void finish(struct pt_regs *ctx, u32 tgid, struct frame *
     }
     // Names are wanted inside runtime calls too (the runtime loads modules lazily).
     case OP_GET_KERNEL:  // __cudaGetKernel(cudaKernel_t *out, const void *hostFun)
-        handle_event(tgid, EV_KERNEL_HOST, read_u64(f->a), f->b, 0);
+        send_event(tgid, EV_KERNEL_HOST, 0, 0, read_u64(f->a), f->b, 0);
         break;
     case OP_GET_FUNCTION:  // cuModuleGetFunction / cuLibraryGetKernel(out, _, name)
-        handle_event(tgid, EV_HANDLE_NAME, read_u64(f->a), 0, f->c);
+        send_event(tgid, EV_HANDLE_NAME, 0, 0, read_u64(f->a), 0, f->c);
         break;
     case OP_KERNEL_FUNCTION:  // cuKernelGetFunction(CUfunction *out, CUkernel kernel)
-        handle_event(tgid, EV_HANDLE_ALIAS, read_u64(f->a), f->b, 0);
+        send_event(tgid, EV_HANDLE_ALIAS, 0, 0, read_u64(f->a), f->b, 0);
         break;
     // The thread's current device.
     case OP_SET_DEVICE:  // cudaSetDevice(int device)
@@ -614,12 +592,12 @@ static __always_inline void finish(struct pt_regs *ctx, u32 tgid, struct frame *
     // cudaDeviceProp *prop, int device) and _v2: the UUID follows the 256-byte name
     // (cookie arg 1).
     case OP_DEVICE_UUID:
-        handle_event(tgid, EV_DEVICE_UUID, f->b & 0xffffffff, 0,
-                     f->a + (COOKIE_ARG(f->cookie) ? DEVICE_PROP_UUID_OFF : 0));
+        send_event(tgid, EV_DEVICE_UUID, 0, 0, f->b & 0xffffffff, 0,
+                   f->a + (COOKIE_ARG(f->cookie) ? DEVICE_PROP_UUID_OFF : 0));
         break;
     // cudaDeviceGetPCIBusId(char *id, int len, int device), cuDeviceGetPCIBusId likewise
     case OP_DEVICE_PCI:
-        handle_event(tgid, EV_DEVICE_PCI, f->c & 0xffffffff, 0, f->a);
+        send_event(tgid, EV_DEVICE_PCI, 0, 0, f->c & 0xffffffff, 0, f->a);
         break;
     // CUDA graphs (calls made inside a runtime call are the runtime's: not seen here).
     case OP_CAPTURE_BEGIN:  // (stream, mode) or ...ToGraph(stream, graph, ...) (arg 1)
@@ -729,6 +707,27 @@ int on_return_drv(struct pt_regs *ctx) {
     return returned(ctx, 1);
 }
 
+// --- entry programs --------------------------------------------------------------------
+// An entry program enters the call's frame (enter_with) and, when there is one, keeps in
+// it what the call's return needs: `fill(ctx, f, t)`. `cookie` is the probe's
+// (PROBE_COOKIE), or for the launch programs only their side. `names`: see enter_with.
+#define ENTRY_FILLED(name, op, names, cookie, fill)                \
+    int name(struct pt_regs *ctx) {                                \
+        struct tstate *t;                                          \
+        struct frame *f = enter_with(ctx, op, names, &t, cookie);  \
+        if (f)                                                     \
+            fill(ctx, f, t);                                       \
+        return 0;                                                  \
+    }
+// ENTRY(name, op, cookie) { ... }: an entry program whose fill is the body that follows.
+#define ENTRY(name, op, cookie)                                                      \
+    static __always_inline void name##_fill(struct pt_regs *ctx, struct frame *f,    \
+                                            struct tstate *t);                       \
+    ENTRY_FILLED(name, op, 0, cookie, name##_fill)                                   \
+    static __always_inline void name##_fill(struct pt_regs *ctx, struct frame *f,    \
+                                            struct tstate *t)
+#define PROBE_COOKIE bpf_get_attach_cookie(ctx)
+
 static __always_inline u64 stack_arg(struct pt_regs *ctx, int n) {
     // At a function's first instruction the stack pointer holds the return address;
     // the n-th stack argument (n >= 1) is the n-th 8-byte slot above it.
@@ -744,16 +743,11 @@ static __always_inline u64 dim3_count(u64 xy, u64 z) {
 //                  size_t sharedMem, cudaStream_t stream): a 12-byte dim3 by value is two
 // INTEGER eightbytes: x|y<<32 in one register, z in the next. 7th and 8th words on the
 // stack. Also cudaLaunchCooperativeKernel and the _ptsz variants.
-int rt_launch(struct pt_regs *ctx) {
-    struct tstate *t;
-    struct frame *f = enter_with(ctx, OP_LAUNCH, 0, &t, 0);
-    if (!f)
-        return 0;
+ENTRY(rt_launch, OP_LAUNCH, 0) {
     f->a = PT_REGS_PARM1(ctx);
     f->b = dim3_count(PT_REGS_PARM2(ctx), PT_REGS_PARM3(ctx));
     f->c = dim3_count(PT_REGS_PARM4(ctx), PT_REGS_PARM5(ctx));
     f->d = t->pending_hint && !captures_open() ? 0 : stack_arg(ctx, RT_LAUNCH_STREAM_STACK_SLOT);
-    return 0;
 }
 
 // cudaLaunchKernelExC(const cudaLaunchConfig_t *config, const void *func, void **args),
@@ -766,27 +760,19 @@ struct launch_cfg {
     u64 stream;
 };
 
-int launch_ex(struct pt_regs *ctx) {
-    struct frame *f = enter(ctx, OP_LAUNCH);
-    if (!f)
-        return 0;
+ENTRY(launch_ex, OP_LAUNCH, PROBE_COOKIE) {
     struct launch_cfg c = {};
     bpf_probe_read_user(&c, sizeof(c), (void *)PT_REGS_PARM1(ctx) + LCFG_GRID_OFF);
     f->a = PT_REGS_PARM2(ctx);
     f->b = (u64)c.dims[0] * c.dims[1] * c.dims[2];
     f->c = (u64)c.dims[3] * c.dims[4] * c.dims[5];
     f->d = c.stream;
-    return 0;
 }
 
 // cuLaunchKernel(CUfunction f, unsigned gx, gy, gz, bx, by, bz, unsigned shared,
 //                CUstream stream, void **params, void **extra): bz, shared, stream on
 // the stack (read in one go). Also cuLaunchCooperativeKernel.
-int drv_launch(struct pt_regs *ctx) {
-    struct tstate *t;
-    struct frame *f = enter_with(ctx, OP_LAUNCH, 0, &t, COOKIE_DRIVER_BIT);
-    if (!f)
-        return 0;
+ENTRY(drv_launch, OP_LAUNCH, COOKIE_DRIVER_BIT) {
     u64 stack[3] = {};
     bpf_probe_read_user(&stack, sizeof(stack),
                         (void *)PT_REGS_SP(ctx) + 8 * CU_LAUNCH_BZ_STACK_SLOT);
@@ -796,50 +782,41 @@ int drv_launch(struct pt_regs *ctx) {
     f->c = (PT_REGS_PARM5(ctx) & 0xffffffff) * (PT_REGS_PARM6(ctx) & 0xffffffff) *
            (stack[0] & 0xffffffff);
     f->d = stack[CU_LAUNCH_STREAM_STACK_SLOT - CU_LAUNCH_BZ_STACK_SLOT];
-    return 0;
 }
 
 // cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream), cuGraphLaunch likewise
-int graph_launch(struct pt_regs *ctx) {
-    struct frame *f = enter(ctx, OP_GRAPH_LAUNCH);
-    if (!f)
-        return 0;
+ENTRY(graph_launch, OP_GRAPH_LAUNCH, PROBE_COOKIE) {
     f->a = PT_REGS_PARM1(ctx);
     f->d = PT_REGS_PARM2(ctx);
-    return 0;
 }
 
 // --- copies: bytes in f->a, the kind in the cookie or (MEMCPY_FROM_ARGS) in f->b ------
-// cudaMemcpy(dst, src, size_t count, enum cudaMemcpyKind kind[, stream]);
-// cuMemcpy*(dst, src, size_t bytes[, stream]): the kind is in the function's name.
-int copy(struct pt_regs *ctx) {
-    struct frame *f = enter(ctx, OP_COPY);
-    if (!f)
-        return 0;
-    f->a = PT_REGS_PARM3(ctx);
-    f->b = PT_REGS_PARM4(ctx) & 0xffffffff;
-    if (COOKIE_ARG(f->cookie) == MEMCPY_FROM_ARGS && f->b > MEMCPY_KIND_MAX) {
+// A copy whose kind (f->b) is not a cudaMemcpyKind is dropped, not counted.
+static __always_inline void check_kind(struct frame *f) {
+    if (f->b > MEMCPY_KIND_MAX) {
         drop(DROP_BAD_ARGUMENT);
         f->counted = 0;
     }
-    return 0;
+}
+
+// cudaMemcpy(dst, src, size_t count, enum cudaMemcpyKind kind[, stream]);
+// cuMemcpy*(dst, src, size_t bytes[, stream]): the kind is in the function's name.
+ENTRY(copy, OP_COPY, PROBE_COOKIE) {
+    f->a = PT_REGS_PARM3(ctx);
+    f->b = PT_REGS_PARM4(ctx) & 0xffffffff;
+    if (COOKIE_ARG(f->cookie) == MEMCPY_FROM_ARGS)
+        check_kind(f);
 }
 
 // cudaMemcpyPeer(dst, int dstDevice, src, int srcDevice, size_t count[, stream]),
 // cuMemcpyPeer(dst, CUcontext dstContext, src, CUcontext srcContext, size_t n[, stream])
-int copy_peer(struct pt_regs *ctx) {
-    struct frame *f = enter(ctx, OP_COPY);
-    if (f)
-        f->a = PT_REGS_PARM5(ctx);
-    return 0;
+ENTRY(copy_peer, OP_COPY, PROBE_COOKIE) {
+    f->a = PT_REGS_PARM5(ctx);
 }
 
 // cudaMemcpy2D*(..., size_t width, size_t height, enum cudaMemcpyKind kind[, stream]):
 // the width is argument COOKIE_POS (RT_2D_*_WIDTH_ARG), height and kind the next two.
-int copy_2d(struct pt_regs *ctx) {
-    struct frame *f = enter(ctx, OP_COPY);
-    if (!f)
-        return 0;
+ENTRY(copy_2d, OP_COPY, PROBE_COOKIE) {
     u64 stack[3] = {};
     bpf_probe_read_user(&stack, sizeof(stack), (void *)PT_REGS_SP(ctx) + 8);
     u64 w, h, kind;
@@ -862,20 +839,13 @@ int copy_2d(struct pt_regs *ctx) {
     }
     f->a = w * h;
     f->b = kind & 0xffffffff;
-    if (f->b > MEMCPY_KIND_MAX) {
-        drop(DROP_BAD_ARGUMENT);
-        f->counted = 0;
-    }
-    return 0;
+    check_kind(f);
 }
 
 // cudaMemcpy3D*(const struct cudaMemcpy3DParms *p), cudaMemcpy3DPeer*(const struct
 // cudaMemcpy3DPeerParms *p): COOKIE_POS says which. With a CUDA array on either side
 // the extent is in array elements: the size in bytes is not known (OP_COPY_UNSIZED).
-int copy_3d(struct pt_regs *ctx) {
-    struct frame *f = enter(ctx, OP_COPY);
-    if (!f)
-        return 0;
+ENTRY(copy_3d, OP_COPY, PROBE_COOKIE) {
     u64 p[RT3DPEER_SIZE / 8] = {};
     bpf_probe_read_user(&p, sizeof(p), (void *)PT_REGS_PARM1(ctx));
     u64 dst_array, *extent;
@@ -890,14 +860,10 @@ int copy_3d(struct pt_regs *ctx) {
     }
     if (p[RT3D_SRC_ARRAY_OFF / 8] || dst_array) {
         f->op = OP_COPY_UNSIZED;
-        return 0;
+        return;
     }
     f->a = extent[0] * extent[1] * extent[2];
-    if (f->b > MEMCPY_KIND_MAX) {
-        drop(DROP_BAD_ARGUMENT);
-        f->counted = 0;
-    }
-    return 0;
+    check_kind(f);
 }
 
 // The cudaMemcpyKind of a driver copy between two CUmemorytypes (an array is on the
@@ -913,75 +879,54 @@ static __always_inline u64 kind_of(u32 src, u32 dst) {
                     : (to_dev ? MEMCPY_HOST_TO_DEVICE : MEMCPY_HOST_TO_HOST);
 }
 
-static __always_inline void drv_copy_sized(struct frame *f, u32 src, u32 dst, u64 bytes) {
-    f->a = bytes;
-    f->b = kind_of(src, dst);
-    if (f->b > MEMCPY_KIND_MAX) {
-        drop(DROP_BAD_ARGUMENT);
-        f->counted = 0;
-    }
+// A driver copy described by the struct its first argument points to: the struct's
+// `size` bytes, the memory types at `src_off` and `dst_off`, and from `width_off` on
+// WidthInBytes, Height and (`dims` 3) Depth.
+static __always_inline void drv_copy(struct pt_regs *ctx, struct frame *f, u32 size,
+                                     u32 src_off, u32 dst_off, u32 width_off, int dims) {
+    u64 p[CU3D_SIZE / 8] = {};  // the larger struct
+    bpf_probe_read_user(&p, size, (void *)PT_REGS_PARM1(ctx));
+    u64 *w = &p[width_off / 8];
+    f->a = w[0] * w[1] * (dims == 3 ? w[2] : 1);
+    f->b = kind_of(p[src_off / 8], p[dst_off / 8]);
+    check_kind(f);
 }
 
 // cuMemcpy2D*_v2(const CUDA_MEMCPY2D *p)
-int drv_copy_2d(struct pt_regs *ctx) {
-    struct frame *f = enter(ctx, OP_COPY);
-    if (!f)
-        return 0;
-    u64 p[CU2D_SIZE / 8] = {};
-    bpf_probe_read_user(&p, sizeof(p), (void *)PT_REGS_PARM1(ctx));
-    drv_copy_sized(f, p[CU2D_SRC_TYPE_OFF / 8], p[CU2D_DST_TYPE_OFF / 8],
-                   p[CU2D_WIDTH_OFF / 8] * p[CU2D_WIDTH_OFF / 8 + 1]);
-    return 0;
+ENTRY(drv_copy_2d, OP_COPY, PROBE_COOKIE) {
+    drv_copy(ctx, f, CU2D_SIZE, CU2D_SRC_TYPE_OFF, CU2D_DST_TYPE_OFF, CU2D_WIDTH_OFF, 2);
 }
 
 // cuMemcpy3D*_v2(const CUDA_MEMCPY3D *p), cuMemcpy3DPeer*(const CUDA_MEMCPY3D_PEER *p)
-int drv_copy_3d(struct pt_regs *ctx) {
-    struct frame *f = enter(ctx, OP_COPY);
-    if (!f)
-        return 0;
-    u64 p[CU3D_SIZE / 8] = {};
-    bpf_probe_read_user(&p, sizeof(p), (void *)PT_REGS_PARM1(ctx));
-    drv_copy_sized(f, p[CU3D_SRC_TYPE_OFF / 8], p[CU3D_DST_TYPE_OFF / 8],
-                   p[CU3D_WIDTH_OFF / 8] * p[CU3D_WIDTH_OFF / 8 + 1] *
-                       p[CU3D_WIDTH_OFF / 8 + 2]);
-    return 0;
+ENTRY(drv_copy_3d, OP_COPY, PROBE_COOKIE) {
+    drv_copy(ctx, f, CU3D_SIZE, CU3D_SRC_TYPE_OFF, CU3D_DST_TYPE_OFF, CU3D_WIDTH_OFF, 3);
 }
 
 // --- allocations: bytes in f->a, the memory type in the cookie -----------------------
 // cudaMalloc / cudaMallocAsync / cudaMallocManaged / cudaMallocHost / cudaHostAlloc
 // (void **ptr, size_t size, ...), cuMemAlloc_v2 / cuMemAllocAsync / cuMemAllocManaged /
 // cuMemHostAlloc / cuMemAllocHost_v2(CUdeviceptr or void **p, size_t bytes, ...)
-int alloc(struct pt_regs *ctx) {
-    struct frame *f = enter(ctx, OP_ALLOC);
-    if (f)
-        f->a = PT_REGS_PARM2(ctx);
-    return 0;
+ENTRY(alloc, OP_ALLOC, PROBE_COOKIE) {
+    f->a = PT_REGS_PARM2(ctx);
 }
 
 // --- synchronising calls: the call in the cookie, the stream (if any) in f->d --------
-int sync(struct pt_regs *ctx) {
-    struct frame *f = enter(ctx, OP_SYNC);
-    if (!f)
-        return 0;
+ENTRY(sync, OP_SYNC, PROBE_COOKIE) {
     f->ts = bpf_ktime_get_ns();
     f->d = PT_REGS_PARM1(ctx);
-    return 0;
 }
 
 // --- names and the thread's device: calls whose arguments are read on return ------
-// The first three and the fifth argument are kept; finish() reads what each call has.
-#define KEEP_ARGS(name, op)                                        \
-    int name(struct pt_regs *ctx) {                                \
-        struct tstate *t;                                          \
-        struct frame *f = enter_as(ctx, op, 1, &t);                \
-        if (f) {                                                   \
-            f->a = PT_REGS_PARM1(ctx);                             \
-            f->b = PT_REGS_PARM2(ctx);                             \
-            f->c = PT_REGS_PARM3(ctx);                             \
-            f->d = PT_REGS_PARM5(ctx);                             \
-        }                                                          \
-        return 0;                                                  \
-    }
+// The first three and the fifth argument are kept, inside a runtime call too (`names`);
+// finish() reads what each call has.
+static __always_inline void keep_args(struct pt_regs *ctx, struct frame *f,
+                                      struct tstate *t) {
+    f->a = PT_REGS_PARM1(ctx);
+    f->b = PT_REGS_PARM2(ctx);
+    f->c = PT_REGS_PARM3(ctx);
+    f->d = PT_REGS_PARM5(ctx);
+}
+#define KEEP_ARGS(name, op) ENTRY_FILLED(name, op, 1, PROBE_COOKIE, keep_args)
 KEEP_ARGS(rt_get_kernel, OP_GET_KERNEL)
 KEEP_ARGS(drv_get_function, OP_GET_FUNCTION)
 KEEP_ARGS(drv_kernel_function, OP_KERNEL_FUNCTION)

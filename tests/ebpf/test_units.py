@@ -141,6 +141,7 @@ def test_every_probe_names_a_program_in_the_source() -> None:
     text = program_text()
     for program in (*abi.ENTRY_PROGRAMS, abi.RETURN_PROGRAM, abi.RETURN_PROGRAM_DRIVER):
         assert (f"int {program}(struct pt_regs *ctx)" in text
+                or f"\nENTRY({program}, OP_" in text
                 or f"\nKEEP_ARGS({program}, OP_" in text), program
     assert len(abi.ALL_PROBES) < 1 << 16 and all(p.arg < 1 << 8 for p in abi.ALL_PROBES)
 
