@@ -1,6 +1,7 @@
 """eBPF drills with real uprobes on the fake CUDA libraries (tests/ebpf builds them):
 a traced process killed in the middle of its calls, 1,000 short-lived processes, and a
-process that launches more distinct kernels than the counter map holds. tests/ebpf
+process that launches more distinct kernels than the counter map holds, and one that
+builds more CUDA graphs than are kept. tests/ebpf
 covers SIGTERM detaching every probe and the drop counters being exported; these are
 the rest of the issue's eBPF drills. Needs root, bcc and kernel headers, as CI has.
 """
@@ -14,11 +15,20 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from tests.ebpf.conftest import Build, Workload, copy_program, only_ebpf_args, wait_attached
+from gpu_exporter.ebpf import abi
+from tests.ebpf.conftest import (
+    Build,
+    Workload,
+    copy_program,
+    only_ebpf_args,
+    wait_attached,
+    wait_until,
+)
 from tests.helpers import Exporter, Series, exporter, find, parse
 
 SHORT_LIVED, LAUNCHES_EACH = 1000, 3
 FLOOD_KERNELS = 70_000  # distinct kernels in one process, past the 65,536-entry map
+GRAPH_FLOOD = abi.GRAPHS_MAX + 1000  # one-kernel graphs in one process, past the cap
 
 
 @contextmanager
@@ -122,3 +132,32 @@ def test_counter_map_filled_past_capacity(cuda_build: Build) -> None:
         series = _healthy(exp)
         assert launches(series, "after_flood") == 5
         assert dropped(series, "stats_map_full") == lost
+
+
+def test_graphs_past_the_caps_are_counted_unknown_never_lost(cuda_build: Build) -> None:
+    flood = copy_program(cuda_build, "graphs", "graph_flood")
+    with probed(cuda_build) as exp:
+        res = subprocess.run([flood, "--flood", str(GRAPH_FLOOD)], capture_output=True,
+                             text=True, timeout=120)
+        assert res.returncode == 0 and res.stdout == "done\n", res.stderr
+
+        def by_name() -> dict[str, float]:
+            return {s.labels["cuda_kernel_name"]: s.value for s in find(
+                _healthy(exp), "gpu_kernel_launch_calls_total", cuda_api="graph",
+                process_executable_name="graph_flood")}
+
+        # Every graph launch is counted, under its kernel's name or as unknown.
+        wait_until(lambda: sum(by_name().values()) == GRAPH_FLOOD, "every graph launch")
+        got = by_name()
+        series = _healthy(exp)
+    assert set(got) == {"k_d", "unknown"}, got
+    kept, lost = dropped(series, "graph_nodes_full"), dropped(series, "graph_event_buffer_full")
+    assert dropped(series, "graph_map_full") == 0  # the kernel's map holds them all
+    if lost == 0:
+        # The first GRAPHS_MAX graphs and executable graphs are kept; each one past the
+        # cap is dropped twice (its graph, its executable graph) and runs as unknown.
+        assert got["k_d"] == abi.GRAPHS_MAX
+        assert kept == 2 * (GRAPH_FLOOD - abi.GRAPHS_MAX)
+    else:
+        # Events lost to a full ring buffer make what was being built unknown too.
+        assert got["k_d"] < abi.GRAPHS_MAX and kept > 0, (got, kept, lost)

@@ -3,7 +3,9 @@
  * and the driver. Counts are asserted by tests/ebpf/test_graphs.py: change both
  * together. Run with FAKE_CUDA_FAIL=cuStreamEndCapture=901x1: the first capture fails.
  *
- * With --wait: prints "ready" and waits for a line before the work. */
+ * With --wait: prints "ready" and waits for a line before the work.
+ * With --flood N: N graphs of one k_d node each, instantiated and launched once (the
+ * caps of tests/drills/test_ebpf_drills.py). */
 #include "cuda_fake.h"
 #include "module_function.h"
 #define FN(name) module_function("graphs.cubin", name)
@@ -40,8 +42,24 @@ static void check(int rc, const char *what) {
   }
 }
 
+static int flood(long n) {
+  for (long i = 0; i < n; i++) {
+    cudaGraph_t g;
+    cudaGraphNode_t node;
+    cudaGraphExec_t x;
+    cudaKernelNodeParams kp = {(void *)k_d, {1, 1, 1}, {32, 1, 1}, 0, NULL, NULL};
+    check(cudaGraphCreate(&g, 0), "flood create");
+    check(cudaGraphAddKernelNode(&node, g, NULL, 0, &kp), "flood add");
+    check(cudaGraphInstantiate(&x, g, 0), "flood instantiate");
+    check(cudaGraphLaunch(x, S1), "flood launch");
+  }
+  printf("done\n");
+  return 0;
+}
+
 int main(int argc, char **argv) {
   char line[16];
+  if (argc > 2 && strcmp(argv[1], "--flood") == 0) return flood(atol(argv[2]));
   if (argc > 1 && strcmp(argv[1], "--wait") == 0) {
     printf("ready\n");
     fflush(stdout);
