@@ -55,28 +55,17 @@ MEMCPY_DEVICE_TO_DEVICE: Final = 3
 MEMCPY_DEFAULT: Final = 4
 MEMCPY_KIND_MAX: Final = 4
 MEMCPY_FROM_ARGS: Final = 0xFF  # in a copy probe's cookie: the kind is an argument
-MEMCPY_KIND_NAMES: Final = {
-    MEMCPY_HOST_TO_HOST: "HostToHost",
-    MEMCPY_HOST_TO_DEVICE: "HostToDevice",
-    MEMCPY_DEVICE_TO_HOST: "DeviceToHost",
-    MEMCPY_DEVICE_TO_DEVICE: "DeviceToDevice",
-    MEMCPY_DEFAULT: "Default",
-}
+# cuda_memcpy_kind: the enumerators' names (cudaMemcpyHostToHost, ...), in value order.
+MEMCPY_KIND_NAMES: Final = dict(enumerate(
+    ("HostToHost", "HostToDevice", "DeviceToHost", "DeviceToDevice", "Default")))
 
+# A synchronising probe's call (its name, cuda_sync_call: SYNC_NAMES, from the probes).
 SYNC_CUDA_STREAM: Final = 0
 SYNC_CUDA_DEVICE: Final = 1
 SYNC_CUDA_EVENT: Final = 2
 SYNC_CU_STREAM: Final = 3
 SYNC_CU_CTX: Final = 4
 SYNC_CU_EVENT: Final = 5
-SYNC_NAMES: Final = {
-    SYNC_CUDA_STREAM: "cudaStreamSynchronize",
-    SYNC_CUDA_DEVICE: "cudaDeviceSynchronize",
-    SYNC_CUDA_EVENT: "cudaEventSynchronize",
-    SYNC_CU_STREAM: "cuStreamSynchronize",
-    SYNC_CU_CTX: "cuCtxSynchronize",
-    SYNC_CU_EVENT: "cuEventSynchronize",
-}
 
 # What an allocation allocates (the memory type, in an allocation probe's cookie).
 MEM_DEVICE: Final = 0
@@ -422,6 +411,7 @@ DRIVER_PROBES: Final[tuple[Probe, ...]] = (
 )
 
 ALL_PROBES: Final = RUNTIME_PROBES + DRIVER_PROBES
+SYNC_NAMES: Final = {p.arg: p.call for p in ALL_PROBES if p.program == "sync"}
 
 # What each entry program makes of a call that returns success (the return program counts
 # a failure in gpu_cuda_errors_total whatever the program): the probe table of

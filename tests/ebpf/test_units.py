@@ -375,3 +375,9 @@ def test_compiler_pages_given_back_after_compiling_and_programs_still_load() -> 
         attach.mechanism(attach.UPROBE_MULTI, bpf, bcc).load(uprobe_programs())
     finally:
         bpf.cleanup()
+
+
+def test_every_sync_call_is_named_once_by_its_probes() -> None:
+    calls = {v for k, v in vars(abi).items() if k.startswith("SYNC_") and isinstance(v, int)}
+    assert set(abi.SYNC_NAMES) == calls
+    assert len(set(abi.SYNC_NAMES.values())) == len(calls)
