@@ -13,20 +13,25 @@ from gpu_exporter.readers import host
 from gpu_exporter.records import Direction
 from gpu_exporter.settings import Option
 
-FS_TYPES_OPTION = Option(
-    "host.filesystem-types-exclude", regex, host.DEFAULT_FS_TYPES_EXCLUDE,
-    "Regular expression of filesystem types left out (pseudo and read-only image "
-    "filesystems by default); empty: none.")
-MOUNTPOINTS_OPTION = Option(
-    "host.filesystem-mountpoints-exclude", regex, host.DEFAULT_MOUNTPOINTS_EXCLUDE,
-    "Regular expression of mount points left out; empty: none.")
-DISKS_OPTION = Option(
-    "host.disks-exclude", regex, host.DEFAULT_DISKS_EXCLUDE,
-    "Regular expression of block devices left out (partitions, loop and RAM disks by "
-    "default); empty: none.")
-INTERFACES_OPTION = Option(
-    "host.network-interfaces-exclude", regex, host.DEFAULT_INTERFACES_EXCLUDE,
-    "Regular expression of network interfaces left out (loopback by default); empty: none.")
+
+def _exclude(name: str, default: str, what: str, by_default: str = "") -> Option[str]:
+    """A flag naming, by a regular expression, what the collector leaves out."""
+    default_is = f" ({by_default} by default)" if by_default else ""
+    return Option(name, regex, default,
+                  f"Regular expression of {what} left out{default_is}; empty: none.")
+
+
+FS_TYPES_OPTION = _exclude(
+    "host.filesystem-types-exclude", host.DEFAULT_FS_TYPES_EXCLUDE, "filesystem types",
+    "pseudo and read-only image filesystems")
+MOUNTPOINTS_OPTION = _exclude(
+    "host.filesystem-mountpoints-exclude", host.DEFAULT_MOUNTPOINTS_EXCLUDE, "mount points")
+DISKS_OPTION = _exclude(
+    "host.disks-exclude", host.DEFAULT_DISKS_EXCLUDE, "block devices",
+    "partitions, loop and RAM disks")
+INTERFACES_OPTION = _exclude(
+    "host.network-interfaces-exclude", host.DEFAULT_INTERFACES_EXCLUDE, "network interfaces",
+    "loopback")
 
 
 def _compile(text: str) -> re.Pattern[str]:
