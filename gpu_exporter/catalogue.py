@@ -19,6 +19,7 @@ from gpu_exporter.labels import (
     PROCESS_LABEL_SET,
     LabelSet,
     NoLabels,
+    PodLabels,
     ProcessLabels,
     Scope,
 )
@@ -241,8 +242,7 @@ HW_GPU_PCIE_MAX_LINK_TRANSFERS = Gauge(
 )
 
 
-class NvlinkIoLabels(TypedDict):
-    network_io_direction: Direction
+class NvlinkIoLabels(IoLabels):
     nvlink: NotRequired[str]  # the link, with --collector.nvidia.nvlink-per-link
 
 
@@ -280,27 +280,25 @@ class GpmLabels(TypedDict, total=False):
     gpu_instance_id: str
 
 
-HW_GPU_ENGINE_ACTIVE = Gauge(
-    "hw_gpu_engine_active_ratio",
-    "Fraction of time the graphics/compute engine was active (0..1, GPM).", D, GpmLabels,
-    unit="ratio", sources="NVML GPM GRAPHICS_UTIL", dcgm="DCGM_FI_PROF_GR_ENGINE_ACTIVE",
-)
-HW_GPU_SM_ACTIVE = Gauge(
-    "hw_gpu_sm_active_ratio",
-    "Fraction of SMs with at least one warp resident, averaged over time (0..1, GPM).", D,
-    GpmLabels, unit="ratio", sources="NVML GPM SM_UTIL", dcgm="DCGM_FI_PROF_SM_ACTIVE",
-)
-HW_GPU_SM_OCCUPANCY = Gauge(
-    "hw_gpu_sm_occupancy_ratio",
-    "Resident warps over the SMs' maximum, averaged over time (0..1, GPM).", D, GpmLabels,
-    unit="ratio", sources="NVML GPM SM_OCCUPANCY", dcgm="DCGM_FI_PROF_SM_OCCUPANCY",
-)
-HW_GPU_TENSOR_ACTIVE = Gauge(
-    "hw_gpu_tensor_active_ratio",
-    "Fraction of time any tensor pipe was active (0..1, GPM).", D, GpmLabels, unit="ratio",
-    sources="NVML GPM ANY_TENSOR_UTIL", dcgm="DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
-)
+def _gpm_ratio(name: str, help: str, field: str, dcgm: str) -> Gauge[GpmLabels]:
+    """A fraction (0..1) from NVML's GPM metric `field`."""
+    return Gauge(name, f"{help} (0..1, GPM).", D, GpmLabels, unit="ratio",
+                 sources=f"NVML GPM {field}", dcgm=dcgm)
 
+
+HW_GPU_ENGINE_ACTIVE = _gpm_ratio(
+    "hw_gpu_engine_active_ratio", "Fraction of time the graphics/compute engine was active",
+    "GRAPHICS_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE")
+HW_GPU_SM_ACTIVE = _gpm_ratio(
+    "hw_gpu_sm_active_ratio",
+    "Fraction of SMs with at least one warp resident, averaged over time", "SM_UTIL",
+    "DCGM_FI_PROF_SM_ACTIVE")
+HW_GPU_SM_OCCUPANCY = _gpm_ratio(
+    "hw_gpu_sm_occupancy_ratio", "Resident warps over the SMs' maximum, averaged over time",
+    "SM_OCCUPANCY", "DCGM_FI_PROF_SM_OCCUPANCY")
+HW_GPU_TENSOR_ACTIVE = _gpm_ratio(
+    "hw_gpu_tensor_active_ratio", "Fraction of time any tensor pipe was active",
+    "ANY_TENSOR_UTIL", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE")
 
 class PipeLabels(GpmLabels, total=True):
     hw_gpu_pipe: GpmPipe
@@ -314,11 +312,9 @@ HW_GPU_PIPE_ACTIVE = Gauge(
     "(tensor_imma), _TENSOR_DFMA_ACTIVE (tensor_dfma), _FP64_ACTIVE (fp64), _FP32_ACTIVE "
     "(fp32), _FP16_ACTIVE (fp16), _INT_ACTIVE (integer); none for tensor_dmma",
 )
-HW_GPU_DRAM_ACTIVE = Gauge(
-    "hw_gpu_dram_active_ratio",
-    "Fraction of the device memory bandwidth used (0..1, GPM).", D, GpmLabels, unit="ratio",
-    sources="NVML GPM DRAM_BW_UTIL", dcgm="DCGM_FI_PROF_DRAM_ACTIVE",
-)
+HW_GPU_DRAM_ACTIVE = _gpm_ratio(
+    "hw_gpu_dram_active_ratio", "Fraction of the device memory bandwidth used",
+    "DRAM_BW_UTIL", "DCGM_FI_PROF_DRAM_ACTIVE")
 
 # --- per-process families ----------------------------------------------------------------
 PROCESS_GPU_MEMORY_USAGE = Gauge(
@@ -368,16 +364,10 @@ HW_GPU_ENERGY_UNATTRIBUTED = Counter(
 )
 
 
-class K8sAllocationLabels(TypedDict):
-    k8s_namespace_name: str
-    k8s_pod_name: str
-    k8s_container_name: str
-
-
 K8S_GPU_ALLOCATION_INFO = Gauge(
     "k8s_gpu_allocation_info",
     "1 for each GPU (or MIG device) the kubelet has assigned to a container of a running "
-    "pod, whether or not anything runs on it.", D, K8sAllocationLabels,
+    "pod, whether or not anything runs on it.", D, PodLabels,
     sources="kubelet PodResources List; finished pods it still lists (kubernetes#119423) "
     "left out by their pod log directory and cgroup",
 )
@@ -389,9 +379,12 @@ class CudaLabels(TypedDict):
     process_pid: NotRequired[str]  # with --ebpf.pid-label
 
 
-class LaunchLabels(CudaLabels):
-    cuda_kernel_name: str
+class ExecutableLabels(CudaLabels):
     process_executable_name: str
+
+
+class LaunchLabels(ExecutableLabels):
+    cuda_kernel_name: str
     cuda_api: str  # runtime | driver | graph
 
 
@@ -402,11 +395,6 @@ GPU_KERNEL_LAUNCH_CALLS = Counter(
     fixed=True,
     sources="uprobes on " + abi.calls_of(abi.LAUNCH_PROGRAMS),
 )
-
-
-class ExecutableLabels(CudaLabels):
-    process_executable_name: str
-
 
 GPU_KERNEL_GRID_SIZE = Histogram(
     "gpu_kernel_grid_size", "Blocks per grid of launched kernels.", C, ExecutableLabels,
@@ -431,9 +419,8 @@ GPU_KERNEL_DURATION = Histogram(
 )
 
 
-class CopyLabels(CudaLabels):
+class CopyLabels(ExecutableLabels):
     cuda_memcpy_kind: str
-    process_executable_name: str
 
 
 GPU_MEMORY_COPIES = Histogram(
@@ -443,8 +430,7 @@ GPU_MEMORY_COPIES = Histogram(
 )
 
 
-class AllocationLabels(CudaLabels):
-    process_executable_name: str
+class AllocationLabels(ExecutableLabels):
     cuda_api: str  # runtime | driver
     # device (cudaMalloc*), managed (cudaMallocManaged), host (pinned: cudaMallocHost,
     # cudaHostAlloc, cuMemHostAlloc): host memory is not GPU memory
@@ -468,10 +454,9 @@ GPU_SYNC_DURATION = Histogram(
 )
 
 
-class CudaErrorLabels(CudaLabels):
+class CudaErrorLabels(ExecutableLabels):
     cuda_call: str  # the entry point as documented: cudaMemcpyAsync, cuLaunchKernel
     error_type: str  # cudaErrorNoDevice, CUDA_ERROR_NOT_INITIALIZED; the number if unknown
-    process_executable_name: str
 
 
 GPU_CUDA_ERRORS = Counter(
@@ -503,8 +488,11 @@ SYSTEM_MEMORY_UTILIZATION = Gauge(
 )
 
 
-class FilesystemLabels(TypedDict):
+class SystemDeviceLabels(TypedDict):
     system_device: str
+
+
+class FilesystemLabels(SystemDeviceLabels):
     system_filesystem_mountpoint: str
     system_filesystem_type: str
     system_filesystem_state: str
@@ -516,8 +504,7 @@ SYSTEM_FILESYSTEM_USAGE = Gauge(
 )
 
 
-class DiskIoLabels(TypedDict):
-    system_device: str
+class DiskIoLabels(SystemDeviceLabels):
     disk_io_direction: Literal["read", "write"]
 
 
@@ -527,9 +514,8 @@ SYSTEM_DISK_IO = Counter(
 )
 
 
-class NetworkLabels(TypedDict):
+class NetworkLabels(IoLabels):
     network_interface_name: str
-    network_io_direction: Direction
 
 
 SYSTEM_NETWORK_IO = Counter(
@@ -569,9 +555,8 @@ COLLECTOR_DURATION = Gauge(
 )
 
 
-class GpmWindowLabels(TypedDict):
+class GpmWindowLabels(GpmLabels, total=True):
     hw_id: str
-    gpu_instance_id: NotRequired[str]  # as on the GPM families
 
 
 GPM_WINDOW = Gauge(

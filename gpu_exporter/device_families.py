@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from gpu_exporter import catalogue as c
 from gpu_exporter.family import Emitted
-from gpu_exporter.labels import DeviceLabels
+from gpu_exporter.labels import DeviceLabels, known
 from gpu_exporter.records import (
     NVLINK_STATES,
     GpmReading,
@@ -38,15 +38,9 @@ def emit(r: GpuReading, out: Emitted) -> None:
     """Every sample of one device; the exporter joins its device labels (device=key)."""
     dev = r.identity.key
     ident = r.identity
-    info: c.GpuInfoLabels = {}
-    if ident.model:
-        info["hw_model"] = ident.model
-    if ident.driver_version:
-        info["hw_driver_version"] = ident.driver_version
-    if ident.firmware_version:
-        info["hw_firmware_version"] = ident.firmware_version
-    if ident.serial_number:
-        info["hw_serial_number"] = ident.serial_number
+    info = known(c.GpuInfoLabels, hw_model=ident.model, hw_driver_version=ident.driver_version,
+                 hw_firmware_version=ident.firmware_version,
+                 hw_serial_number=ident.serial_number)
     c.HW_GPU_INFO.emit(out, 1, info, dev)
     c.HW_GPU_UP.emit(out, 1 if r.up else 0, {}, dev)
     for task, ratio in r.utilization_ratio.items():

@@ -9,12 +9,24 @@ sees Required/NotRequired only in evaluated annotations.
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Literal, Required, TypedDict, get_args, get_origin, get_type_hints
+from typing import (
+    Any,
+    Literal,
+    Required,
+    TypedDict,
+    TypeVar,
+    cast,
+    get_args,
+    get_origin,
+    get_type_hints,
+)
+
+T = TypeVar("T", bound=Mapping[str, object])  # a TypedDict of labels
 
 
-class PodLabels(TypedDict, total=False):
-    """The pod(s) a GPU is allocated to, put on its device series by the processes
-    collector with --processes.kubernetes-device-labels (`Sink.label_device`)."""
+class PodLabels(TypedDict):
+    """The pod(s) a GPU is allocated to: the labels of k8s_gpu_allocation_info, and of its
+    device series with --processes.kubernetes-device-labels (`Sink.label_device`)."""
 
     k8s_namespace_name: str
     k8s_pod_name: str
@@ -49,6 +61,13 @@ class ProcessLabels(TypedDict, total=False):
     k8s_pod_uid: str
     k8s_container_name: str
     slurm_job_id: str  # from the process's cgroup path (slurmd's cgroup plugins)
+
+
+def known(labels: type[T], **values: str | None) -> T:
+    """`labels` with the values that are known: a label whose value a source does not
+    report (None or empty) is absent, never empty. The names are checked with the series
+    (`family.CHECK_LABELS`)."""
+    return cast(T, {name: v for name, v in values.items() if v})
 
 
 class NoLabels(TypedDict):
@@ -102,7 +121,7 @@ class LabelSet:
         return out
 
 
-DEVICE_LABEL_SET = LabelSet.of(DeviceLabels) | LabelSet.of(PodLabels)
+DEVICE_LABEL_SET = LabelSet.of(DeviceLabels) | LabelSet.of(PodLabels).all_optional()
 PROCESS_LABEL_SET = LabelSet.of(ProcessLabels)
 
 

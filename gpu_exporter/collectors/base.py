@@ -145,7 +145,7 @@ class Sink(Emitted):
 
     def label_device(self, hw_id: str, labels: PodLabels) -> None:
         """Extra labels for every series of one device (e.g. the Kubernetes pod)."""
-        self.device_labels.setdefault(hw_id, {}).update(labels)
+        self.device_labels[hw_id] = labels
 
     def fail(self, key: str, message: str) -> None:
         """Something this collector should have read could not be: the value is absent,

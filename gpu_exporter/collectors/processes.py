@@ -28,7 +28,7 @@ from gpu_exporter.collectors.base import (
     device_features,
 )
 from gpu_exporter.collectors.sysfs_gpus import drm_clients
-from gpu_exporter.labels import PodLabels, ProcessLabels
+from gpu_exporter.labels import PodLabels, ProcessLabels, known
 from gpu_exporter.nvml import processes as nvml_processes
 from gpu_exporter.nvml import stack as nvml_stack
 from gpu_exporter.nvml.calls import NvmlGone, NvmlUnavailable
@@ -453,15 +453,12 @@ def _process_labels(
     pods: Mapping[str, tuple[ContainerRef, ...]] | None,
     uid_pods: Mapping[str, tuple[str, str]],
 ) -> ProcessLabels:
-    labels: ProcessLabels = {"process_pid": str(pid)}
     if info is None:
-        return labels  # exited during the scrape, or in a pid namespace we cannot see
-    if info.executable_name:
-        labels["process_executable_name"] = info.executable_name
-    if info.container_id:
-        labels["container_id"] = info.container_id
-    if info.slurm_job_id:
-        labels["slurm_job_id"] = info.slurm_job_id
+        # exited during the scrape, or in a pid namespace we cannot see
+        return {"process_pid": str(pid)}
+    labels = known(ProcessLabels, process_pid=str(pid),
+                   process_executable_name=info.executable_name,
+                   container_id=info.container_id, slurm_job_id=info.slurm_job_id)
     if info.pod_uid is None:
         return labels  # a host process is never labelled with the pod its GPU serves
     labels["k8s_pod_uid"] = info.pod_uid
