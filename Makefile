@@ -49,9 +49,9 @@ docs: venv
 	$(PY) -m gpu_exporter.ebpf.probe_table docs/ebpf.md
 
 # The kubelet PodResources messages are committed; regenerate after changing api.proto.
+# No .pyi: what the exporter reads of them is typed in gpu_exporter/podresources/messages.py.
 podresources-stubs: venv
-	$(PY) -m grpc_tools.protoc -I. --python_out=. --pyi_out=. \
-		gpu_exporter/podresources/api.proto
+	$(PY) -m grpc_tools.protoc -I. --python_out=. gpu_exporter/podresources/api.proto
 
 test: system-deps venv
 	bash scripts/setup-test-host.sh

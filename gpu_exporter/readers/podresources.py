@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     # they are imported on first use (a kubelet socket that exists), not on every host.
     import grpc
 
-    from gpu_exporter.podresources import api_pb2
+    from gpu_exporter.podresources.messages import ListPodResourcesResponse
 
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 # Resource names of GPU device plugins (NVIDIA, NVIDIA MIG "mixed" strategy, AMD, Intel).
@@ -70,7 +70,7 @@ def is_gpu_resource(resource_name: str) -> bool:
 
 
 def gpu_allocations(
-    response: api_pb2.ListPodResourcesResponse,
+    response: ListPodResourcesResponse,
 ) -> dict[str, tuple[ContainerRef, ...]]:
     """Device id (normalised) -> the containers it is allocated to, sorted. A time-sliced
     GPU may be allocated to several containers."""

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from google.protobuf import descriptor_pb2
 
-from gpu_exporter.podresources import api_pb2
+from gpu_exporter.podresources import api_pb2, messages
 from tests.helpers import REPO
 
 PROTO = "gpu_exporter/podresources/api.proto"
@@ -38,3 +38,21 @@ def test_the_proto_is_the_kubelets_v1_api() -> None:
     devices = fd.message_types_by_name["ContainerDevices"]
     assert [(f.name, f.number) for f in devices.fields] == [
         ("resource_name", 1), ("device_ids", 2), ("topology", 3)]
+
+
+def test_the_typed_messages_are_the_protos() -> None:
+    """podresources.messages types what the reader reads of the generated messages (which
+    mypy cannot see): each field it names is one of the message's, of the same type,
+    a Sequence exactly where the proto's is repeated."""
+    typed = (messages.ListPodResourcesResponse, messages.PodResources,
+             messages.ContainerResources, messages.ContainerDevices)
+    for cls in typed:
+        fields = api_pb2.DESCRIPTOR.message_types_by_name[cls.__name__].fields_by_name
+        for name, annotation in cls.__annotations__.items():
+            f = fields[name]
+            inner = annotation.removeprefix("Sequence[").removesuffix("]")
+            assert f.is_repeated == (inner != annotation), (cls.__name__, name)
+            if f.message_type is not None:
+                assert inner == f.message_type.name, (cls.__name__, name)
+            else:
+                assert (inner, f.type) == ("str", f.TYPE_STRING), (cls.__name__, name)
