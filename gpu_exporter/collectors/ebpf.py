@@ -9,7 +9,7 @@ import platform
 from collections import defaultdict
 from collections.abc import Sequence
 from functools import partial
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from gpu_exporter import catalogue as c
 from gpu_exporter import flagtypes
@@ -22,7 +22,7 @@ from gpu_exporter.nvml import stack as nvml_stack
 from gpu_exporter.nvml.calls import NvmlUnavailable
 from gpu_exporter.nvml.lanes import Lanes
 from gpu_exporter.nvml.stack import StackBusy
-from gpu_exporter.settings import Option
+from gpu_exporter.settings import Option, Settings
 
 log = logging.getLogger("gpu_exporter.collectors.ebpf")
 
@@ -81,6 +81,22 @@ ATTACH_MECHANISM = Option(
     "kernel has.")
 
 
+class ActivitySource(Protocol):
+    """Where the collector reads CUDA activity: the probe engine (`ebpf.probes.Engine`),
+    or any source with its read() and its attach facts (passed to the collector)."""
+
+    wanted_mechanism: str
+    mechanism_problem: str | None
+    tracking_problem: str | None
+
+    @property
+    def mechanism(self) -> str: ...
+
+    def read(self, nvml: NvmlView | None = None) -> CudaActivity: ...
+
+    def close(self) -> None: ...
+
+
 class EbpfCollector(Collector):
     name: ClassVar[str] = "ebpf"
     help: ClassVar[str] = ("CUDA kernel launches, copies, allocations and synchronisations "
@@ -90,10 +106,15 @@ class EbpfCollector(Collector):
     options: ClassVar[Sequence[Option[Any]]] = (NAMES_MAX, PID_LABEL, RESCAN_INTERVAL,
                                                 ATTACH_MECHANISM)
 
-    _engine: Any = None
     _nvml: nvml_stack.NvmlStack | None = None
     _lanes: Lanes[int, nvml_processes.DeviceProcesses]
     _nvml_problem: NvmlUnavailable | StackBusy | None = None
+
+    def __init__(self, settings: Settings, source: ActivitySource | None = None) -> None:
+        """`source`: read CUDA activity from it instead of attaching probes (start()
+        then only reports it enabled)."""
+        super().__init__(settings)
+        self._engine: ActivitySource | None = source
 
     def start(self) -> Availability:
         if self._engine is not None:

@@ -186,14 +186,14 @@ class ProcessesCollector(Collector):
     def collect(self, sink: Sink) -> None:
         # NVML's process calls run in lanes meanwhile: a GPU hung in one of them costs
         # only its own processes, not the kubelet's answer or the AMD/Intel clients.
-        nvidia = self._start_nvidia(sink)
+        nvidia = self.start_nvidia(sink)
         self._last_scrape = time.monotonic()
         pods = self._pods(sink)
         usage: dict[tuple[str, int], _Usage] = {}
         read: set[str] = set()  # devices whose process lists were read this scrape
         self._collect_fdinfo(sink, usage, read)
         if nvidia is not None:
-            self._finish_nvidia(sink, *nvidia, usage, read)
+            self.finish_nvidia(sink, *nvidia, usage, read)
         infos = self._table.lookup_many(pid for _, pid in usage)
         self._table.prune()
         uid_pods = _pods_by_uid(usage, infos, pods)
@@ -296,10 +296,12 @@ class ProcessesCollector(Collector):
                    for device, refs in pods.items()}
         return {device: refs for device, refs in running.items() if refs}
 
-    def _start_nvidia(
+    def start_nvidia(
         self, sink: Sink
     ) -> tuple[Session, Run[int, nvml_processes.DeviceProcesses]] | None:
-        """Starts reading every NVIDIA GPU's processes; None without NVML."""
+        """Starts reading every NVIDIA GPU's processes in the lanes (collect() meanwhile
+        reads the kubelet and the DRM clients); None without NVML. `finish_nvidia`
+        waits for them."""
         try:
             session = self._nvml.session(sink.deadline - _RETURN_MARGIN_SECONDS)
         except NvmlUnavailable:
@@ -327,7 +329,7 @@ class ProcessesCollector(Collector):
             jobs.append((index, partial(_read_device, sink, session.generation, dev, state)))
         return session, self._lanes.start(jobs)
 
-    def _finish_nvidia(self, sink: Sink, session: Session,
+    def finish_nvidia(self, sink: Sink, session: Session,
                        run: Run[int, nvml_processes.DeviceProcesses],
                        usage: dict[tuple[str, int], _Usage], read: set[str]) -> None:
         """Adds to `read` the GPUs (and MIG devices) whose process lists were read whole;

@@ -65,8 +65,9 @@ def cuda_activity(series: int) -> CudaActivity:
 
 
 class RecordedActivity:
-    """Stands where the eBPF collector keeps its probe engine: read() returns one
-    CudaActivity record (the engine's output type), close() has nothing to detach."""
+    """A source of CUDA activity passed to the eBPF collector in place of its probe
+    engine: read() returns one CudaActivity record (the engine's output type), close()
+    has nothing to detach."""
 
     # What the collector's feature states read off its engine: probes on a kernel that
     # detaches them in bulk, processes tracked as they exec.
@@ -83,6 +84,16 @@ class RecordedActivity:
 
     def close(self) -> None:
         pass
+
+
+def ebpf_reading(activity: CudaActivity) -> type[EbpfCollector]:
+    """The eBPF collector with `activity` passed in as its source (no probes)."""
+
+    class RecordedEbpf(EbpfCollector):
+        def __init__(self, settings: Settings) -> None:
+            super().__init__(settings, source=RecordedActivity(activity))
+
+    return RecordedEbpf
 
 
 @contextmanager
@@ -102,10 +113,9 @@ def in_process(sc: fake.Scenario, tmp: Path, kernel_series: int = 0,
         options={**{o.name: o.default for cls in REGISTRY for o in cls.options},
                  MAX_PER_GPU_OPTION.name: 10_000},
     )
-    if kernel_series:
-        # start() keeps an engine it already has; collect() renders what it reads.
-        EbpfCollector._engine = RecordedActivity(cuda_activity(kernel_series))
-    exporter = GpuExporterCollector(settings, REGISTRY)
+    classes = [ebpf_reading(cuda_activity(kernel_series))
+               if cls is EbpfCollector and kernel_series else cls for cls in REGISTRY]
+    exporter = GpuExporterCollector(settings, classes)
     try:
         states = exporter.start()
         for name in collectors:
@@ -115,4 +125,3 @@ def in_process(sc: fake.Scenario, tmp: Path, kernel_series: int = 0,
     finally:
         gc.unfreeze()
         exporter.close()
-        EbpfCollector._engine = None

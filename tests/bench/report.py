@@ -85,7 +85,7 @@ BREAKDOWN_LABELS = (
     ("processes_collect", "processes collector `collect()` alone"),
     ("processes_proc_lookups", "  in it: /proc lookups of the 200 NVML pids (alone)"),
     ("processes_nvml", "  in it: NVML process queries (alone)"),
-    ("merge", "merge: label joins, self-metrics, prometheus_client families (`_render`)"),
+    ("merge", "merge: label joins, self-metrics, prometheus_client families (`merge`)"),
     ("render", "text rendering of the finished families"),
     ("orchestration", "rest: collector threads, hand-offs, GIL contention"),
     ("floor_nvml", "floor: NVML calls replayed"),

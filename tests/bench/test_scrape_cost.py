@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from prometheus_client.exposition import generate_latest
 
+from gpu_exporter.collectors.processes import ProcessesCollector
 from gpu_exporter.nvml.gpm import MIN_WINDOW_SECONDS
 from tests.bench import fleet, floor, procstat
 from tests.bench.conftest import Results
@@ -117,13 +118,14 @@ def test_breakdown(benchmark: Any, results: Results, tmp_path: Path) -> None:
         with floor.recording_nvml() as rec:
             families = list(exporter.collect())
         prebuilt = floor.prebuilt_registry(families)
-        slots = exporter._slots  # the collectors as the exporter runs them
-        nvidia, processes = slots["nvidia"].collector, slots["processes"].collector
-        ebpf = slots["ebpf"].collector
+        collectors = exporter.collectors  # as the exporter runs them
+        nvidia, ebpf = collectors["nvidia"], collectors["ebpf"]
+        processes = collectors["processes"]
+        assert isinstance(processes, ProcessesCollector)
         table = ProcessTable("/proc")
-        sinks = {n: Sink(n, time.monotonic() + 60) for n in slots}
+        sinks = {n: Sink(n, time.monotonic() + 60) for n in collectors}
         for n, s in sinks.items():
-            slots[n].collector.collect(s)
+            collectors[n].collect(s)
         ok = dict.fromkeys(sinks, True)
         took = dict.fromkeys(sinks, 0.001)
         parts: dict[str, Any] = {
@@ -133,7 +135,7 @@ def test_breakdown(benchmark: Any, results: Results, tmp_path: Path) -> None:
             "ebpf_collect": lambda: ebpf.collect(Sink("ebpf", time.monotonic() + 60)),
             "processes_proc_lookups": lambda: table.lookup_many(pids),
             "processes_nvml": lambda: _nvml_processes(processes),
-            "merge": lambda: exporter._render(sinks, ok, took),
+            "merge": lambda: exporter.merge(sinks, ok, took),
             "render": lambda: generate_latest(prebuilt),
             "floor_nvml": lambda: floor.replay(rec.calls),
         }
@@ -162,11 +164,11 @@ def test_breakdown(benchmark: Any, results: Results, tmp_path: Path) -> None:
     results.put("breakdown", "8gpu-200proc-0us", values)
 
 
-def _nvml_processes(processes: Any) -> None:
+def _nvml_processes(processes: ProcessesCollector) -> None:
     """The processes collector's NVML part alone: every GPU's process calls, in lanes."""
     from gpu_exporter.collectors.base import Sink
 
     sink = Sink("processes", time.monotonic() + 60)
-    started = processes._start_nvidia(sink)
+    started = processes.start_nvidia(sink)
     assert started is not None
-    processes._finish_nvidia(sink, *started, {}, set())
+    processes.finish_nvidia(sink, *started, {}, set())

@@ -6,6 +6,7 @@ are tested against the fake NVML library and real sysfs captures in their own ar
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from typing import ClassVar
@@ -206,6 +207,44 @@ def test_scrapes_arriving_during_a_collection_share_it() -> None:
     assert value(parse(results[0]), "system_memory_utilization_ratio") == 1
     assert len(calls) == 2
     assert value(after, "system_memory_utilization_ratio") == 2
+
+
+def test_no_cyclic_garbage_collection_until_the_scrape_is_rendered() -> None:
+    during: list[bool] = []
+
+    class Watches(Collector):
+        name = "watches"
+        help = "notes whether the garbage collector may run"
+
+        def start(self) -> Availability:
+            return Availability.enabled()
+
+        def collect(self, sink: Sink) -> None:
+            during.append(gc.isenabled())
+            c.SYSTEM_MEMORY_UTILIZATION.emit(sink, 0.5, {})
+
+    exp = _exporter(Watches)
+    try:
+        assert gc.isenabled()
+        first = exp.collect()
+        next(first)
+        assert not gc.isenabled(), "off while the families are handed out"
+        list(first)
+        assert gc.isenabled(), "back on once they are rendered"
+        dropped = exp.collect()
+        next(dropped)
+        del dropped  # a response abandoned half-way ends the pause too
+        assert gc.isenabled()
+        assert value(parse(_scrape(exp)), "system_memory_utilization_ratio") == 0.5
+        assert during == [False, False, False] and gc.isenabled()
+        gc.disable()  # turned off by someone else: left off
+        try:
+            _scrape(exp)
+            assert not gc.isenabled()
+        finally:
+            gc.enable()
+    finally:
+        exp.close()
 
 
 class Partial(Collector):
