@@ -533,7 +533,7 @@ SYSTEM_NETWORK_ERRORS = Counter(
 class BuildLabels(TypedDict):
     version: str
     python_version: str
-    nvml_bindings_version: str
+    nvml_bindings_version: NotRequired[str]  # absent without nvidia-ml-py
 
 
 BUILD_INFO = Gauge(

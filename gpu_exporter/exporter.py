@@ -37,7 +37,7 @@ from gpu_exporter.collectors.base import (
     Sink,
 )
 from gpu_exporter.family import Emitted, Family, HistogramSeries, Kind, Series
-from gpu_exporter.labels import ProcessLabels
+from gpu_exporter.labels import ProcessLabels, known
 from gpu_exporter.logs import forget, log_once
 from gpu_exporter.records import VENDOR_ORDER, GpuReading
 from gpu_exporter.settings import Settings
@@ -51,13 +51,13 @@ _MARGIN_SECONDS = 0.25
 _STAGGER_SECONDS = 0.02
 
 
-def _nvml_bindings_version() -> str:
+def _nvml_bindings_version() -> str | None:
     try:
         from importlib.metadata import version
 
         return version("nvidia-ml-py")
     except Exception:
-        return ""
+        return None
 
 
 @dataclass
@@ -140,11 +140,9 @@ class GpuExporterCollector(PromCollector):
         self._told: dict[tuple[str, str | None], Availability] = {}  # feature states logged
         # Energy split among processes: counters kept from scrape to scrape.
         self._attribution = attribution.Attribution()
-        self._build_labels: c.BuildLabels = {
-            "version": __version__,
-            "python_version": platform.python_version(),
-            "nvml_bindings_version": _nvml_bindings_version(),
-        }
+        self._build_labels = known(
+            c.BuildLabels, version=__version__, python_version=platform.python_version(),
+            nvml_bindings_version=_nvml_bindings_version())
 
     # -- life cycle ------------------------------------------------------------------
     def start(self) -> dict[str, Availability]:
