@@ -111,17 +111,33 @@ class _GcPause:
 _gc_pause = _GcPause()
 
 
-def _handed_out(families: list[PromMetric]) -> Iterator[PromMetric]:
-    """`families` one by one; the pause ends once they are rendered (the iterator is
-    used up, or dropped). The list goes first, so that its series are freed before
-    collection is back."""
-    it = iter(families)
-    del families
-    try:
-        yield from it
-    finally:
-        del it
-        _gc_pause.end()
+class _HandedOut:
+    """`families` one by one; the pause ends once they are rendered: the iterator used
+    up, or dropped, even before its first item (a generator's `finally` would not run
+    then). The list goes first, so that its series are freed before collection is
+    back."""
+
+    def __init__(self, families: list[PromMetric]) -> None:
+        self._it: Iterator[PromMetric] | None = iter(families)
+
+    def __iter__(self) -> _HandedOut:
+        return self
+
+    def __next__(self) -> PromMetric:
+        if self._it is not None:
+            try:
+                return next(self._it)
+            except StopIteration:
+                self._end()
+        raise StopIteration
+
+    def _end(self) -> None:
+        if self._it is not None:
+            self._it = None
+            _gc_pause.end()
+
+    def __del__(self) -> None:
+        self._end()
 
 
 class GpuExporterCollector(PromCollector):
@@ -230,7 +246,7 @@ class GpuExporterCollector(PromCollector):
         except BaseException:
             _gc_pause.end()
             raise
-        return _handed_out(families)
+        return _HandedOut(families)
 
     def _collect(self, arrived: float) -> list[PromMetric]:
         # Concurrent scrapes share one collection: a scraper that waited for another

@@ -235,8 +235,12 @@ def test_no_cyclic_garbage_collection_until_the_scrape_is_rendered() -> None:
         next(dropped)
         del dropped  # a response abandoned half-way ends the pause too
         assert gc.isenabled()
+        never_read = exp.collect()
+        assert not gc.isenabled()
+        del never_read  # and one abandoned before its first family
+        assert gc.isenabled()
         assert value(parse(_scrape(exp)), "system_memory_utilization_ratio") == 0.5
-        assert during == [False, False, False] and gc.isenabled()
+        assert during == [False, False, False, False] and gc.isenabled()
         gc.disable()  # turned off by someone else: left off
         try:
             _scrape(exp)
