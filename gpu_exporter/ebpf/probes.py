@@ -435,6 +435,18 @@ class Engine:
             # Kernels without batched lookups (before 5.6).
             return list(table.items())
 
+    def _shape_entries(self) -> list[tuple[int, Any]]:
+        """(process, shape value) of every process holding a slot of `shapes`."""
+        shapes = self._bpf["shapes"]
+        out = []
+        for k, slot in self._entries("proc_slots"):
+            tgid = _int(k)
+            with contextlib.suppress(KeyError):
+                v = shapes[shapes.Key(_int(slot))]
+                if int(v.tgid) == tgid:  # not a slot being given out right now
+                    out.append((tgid, v))
+        return out
+
     def _shape_rows(self, tgid: int, v: Any, strict: bool = False,
                     ) -> Iterator[tuple[tuple[int, CallKey, int], int]]:
         """A process's shape value: its grid and block histograms, and the launch counters
@@ -565,7 +577,7 @@ class Engine:
                 live[tgid] = os.path.exists(f"{self.procfs}/{tgid}")
             return live[tgid]
 
-        stats, shapes = self._entries("stats"), self._entries("shapes")
+        stats, shapes = self._entries("stats"), self._shape_entries()
         held = self._held_back(stats, shapes, alive)
 
         def counted(tgid: int) -> bool:
@@ -580,18 +592,18 @@ class Engine:
                 for key, n in self._rows(int(k.tgid), k.fam, k.sub, k.id, int(k.dev),
                                          k.slot, _int(v)):
                     totals[key] += n
-        for k, v in shapes:
-            if not counted(_int(k)):
-                dead_shapes.append(_int(k))
+        for tgid, v in shapes:
+            if not counted(tgid):
+                dead_shapes.append(tgid)
                 continue
-            for key, n in self._shape_rows(_int(k), v):
+            for key, n in self._shape_rows(tgid, v):
                 totals[key] += n
         self._fold(dead_stats, dead_shapes, totals)
         self.graphs.prune(counted)  # processes that made graphs but never ran one
         self._prune_captures(alive)
         return self._activity(totals)
 
-    def _held_back(self, stats: list[tuple[Any, Any]], shapes: list[tuple[Any, Any]],
+    def _held_back(self, stats: list[tuple[Any, Any]], shapes: list[tuple[int, Any]],
                    alive: Callable[[int], bool]) -> set[int]:
         """Exited processes not folded this read: a launch of theirs is of an executable
         graph whose event has not been read yet (for _HOLD_READS reads at most; then
@@ -604,8 +616,7 @@ class Engine:
                     list(self._rows(tgid, k.fam, k.sub, k.id, int(k.dev), k.slot, 0))
                 except _Pending:
                     pending.add(tgid)
-        for k, v in shapes:
-            tgid = _int(k)
+        for tgid, v in shapes:
             if tgid not in pending and not alive(tgid):
                 try:
                     list(self._shape_rows(tgid, v, strict=True))
@@ -659,16 +670,11 @@ class Engine:
             tgids.add(tgid)
             folded.extend(self._rows(tgid, int(k.fam), int(k.sub), int(k.id), int(k.dev),
                                      int(k.slot), n))
-        shapes = self._bpf["shapes"]
         for tgid in dead_shapes:
-            key = shapes.Key(tgid)
-            try:
-                rows = list(self._shape_rows(tgid, shapes[key]))
-                del shapes[key]
-            except KeyError:
-                continue
-            tgids.add(tgid)
-            folded.extend(rows)
+            rows = self._free_slot(tgid)
+            if rows is not None:
+                tgids.add(tgid)
+                folded.extend(rows)
         for key, n in folded:
             self._retired.values[key] += n
             totals[key] += n
@@ -686,6 +692,26 @@ class Engine:
                     del execs[k]
         for cached in [k for k in self._devices if k[0] in tgids]:
             del self._devices[cached]
+
+    def _free_slot(self, tgid: int) -> list[tuple[tuple[int, CallKey, int], int]] | None:
+        """The final rows of an exited process's shape value; its slot zeroed and given
+        back for the next new process. None when it holds none."""
+        shapes, slots = self._bpf["shapes"], self._bpf["proc_slots"]
+        try:
+            slot = _int(slots[slots.Key(tgid)])
+            key = shapes.Key(slot)
+            v = shapes[key]
+        except KeyError:
+            return None
+        with contextlib.suppress(KeyError):
+            del slots[slots.Key(tgid)]
+        if int(v.tgid) != tgid:  # not its own: nothing of it to fold or give back
+            return []
+        rows = list(self._shape_rows(tgid, v))
+        shapes[key] = shapes.Leaf()
+        free = self._bpf["free_slots"]
+        free.push(free.Leaf(slot))
+        return rows
 
     def _activity(self, totals: dict[tuple[int, CallKey, int], int]) -> CudaActivity:
         launches: dict[CallKey, int] = defaultdict(int)

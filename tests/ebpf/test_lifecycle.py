@@ -25,7 +25,7 @@ from tests.ebpf.conftest import (
     probe_address,
     wait_until,
 )
-from tests.helpers import EXPORTER, exporter, find, parse, run_cli
+from tests.helpers import EXPORTER, exporter, find, parse, run_cli, value
 
 RESCAN = 0.5
 
@@ -217,9 +217,36 @@ def test_both_attach_mechanisms_place_count_and_remove_probes(cuda_build: Build,
             w.go()
             launches = sum(int(v.value) for k, v in bpf[b"stats"].items()
                            if k.fam == abi.FAM_LAUNCH and k.tgid == w.proc.pid)
-            shapes = bpf[b"shapes"]
-            launches += sum(int(s.n) for s in shapes[shapes.Key(w.proc.pid)].launches)
+            slots, shapes = bpf[b"proc_slots"], bpf[b"shapes"]
+            slot = shapes.Key(int(slots[slots.Key(w.proc.pid)].value))
+            launches += sum(int(s.n) for s in shapes[slot].launches)
             assert launches == 7, name
             mech.detach([a])
         finally:
             bpf.cleanup()
+
+
+def test_a_slot_given_back_by_an_exited_process_counts_the_next_one_from_zero(
+        cuda_build: Build, tmp_path: Path) -> None:
+    """Launch shapes and counters are kept per process in a slot of a BPF array; the read
+    after a process exited folds its counts and gives the slot back, zeroed, to the next
+    process that launches: each process counted exactly, the first one's counts kept."""
+    d = fresh_copy(cuda_build, tmp_path / "img", programs=("driver_only",))
+    lib = str(d / "libcuda.so.1")
+    args = [*only_ebpf_args(), "--collector.ebpf", f"--ebpf.rescan-interval={RESCAN}",
+            "--ebpf.pid-label"]
+    with exporter(args) as exp:
+        runs: dict[str, int] = {}
+        for n in (5, 3):
+            w = Workload([str(d / "driver_only"), "driver", str(n)])
+            wait_until(lambda: lib in attached(exp), "probes on the new libcuda")
+            w.go()
+            runs[str(w.proc.pid)] = n
+            exp.scrape()  # the read that folds the exited process: its slot given back
+        series = parse(exp.scrape())
+    for pid, n in runs.items():
+        assert value(series, "gpu_kernel_grid_size_count", process_pid=pid) == n + 2
+        assert value(series, "gpu_kernel_grid_size_sum", process_pid=pid) == 8 * n + 16
+        assert value(series, "gpu_kernel_block_size_sum", process_pid=pid) == 128 * (n + 2)
+        assert sum(x.value for x in find(series, "gpu_kernel_launch_calls_total",
+                                         process_pid=pid)) == n + 2
