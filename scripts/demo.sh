@@ -125,7 +125,12 @@ echo "DEMO READY" >&2
 # Run until Ctrl-C, or until one of the processes dies.
 while true; do
   for pid in "${pids[@]}"; do
-    kill -0 "$pid" 2>/dev/null || { echo "demo: process $pid exited" >&2; exit 1; }
+    kill -0 "$pid" 2>/dev/null || {
+      # Ctrl-C reaches every process on the terminal at once, and one may be gone before
+      # this shell has run its INT trap (pending until a command ends): the trap's turn
+      # comes with this sleep, and the demo then stops with exit 0.
+      sleep 0.5
+      echo "demo: process $pid exited" >&2; exit 1; }
   done
   sleep 1
 done
