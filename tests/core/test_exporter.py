@@ -30,13 +30,17 @@ def _gpu(hw_id: str, vendor: str, key: tuple[int | str, ...], pci: str,
     return GpuReading(identity=ident, up=True, **fields)  # type: ignore[arg-type]
 
 
-class Gpus(Collector):
-    name = "gpus"
-    help = "test devices"
-    readings: ClassVar[list[GpuReading]] = []
+class Enabled(Collector):
+    """A test data source that is always available."""
 
     def start(self) -> Availability:
         return Availability.enabled()
+
+
+class Gpus(Enabled):
+    name = "gpus"
+    help = "test devices"
+    readings: ClassVar[list[GpuReading]] = []
 
     def collect(self, sink: Sink) -> None:
         for r in self.readings:
@@ -49,24 +53,18 @@ class Gpus(Collector):
             {"cuda_memcpy_kind": "HostToDevice", "process_executable_name": "train"})
 
 
-class Broken(Collector):
+class Broken(Enabled):
     name = "broken"
     help = "raises"
-
-    def start(self) -> Availability:
-        return Availability.enabled()
 
     def collect(self, sink: Sink) -> None:
         raise RuntimeError("boom")
 
 
-class Hangs(Collector):
+class Hangs(Enabled):
     name = "hangs"
     help = "never returns in time"
     release = threading.Event()
-
-    def start(self) -> Availability:
-        return Availability.enabled()
 
     def collect(self, sink: Sink) -> None:
         self.release.wait(30)
@@ -175,12 +173,9 @@ def test_scrapes_arriving_during_a_collection_share_it() -> None:
     calls: list[float] = []
     entered, release = threading.Event(), threading.Event()
 
-    class Slow(Collector):
+    class Slow(Enabled):
         name = "slow"
         help = "slow"
-
-        def start(self) -> Availability:
-            return Availability.enabled()
 
         def collect(self, sink: Sink) -> None:
             calls.append(time.monotonic())
@@ -212,12 +207,9 @@ def test_scrapes_arriving_during_a_collection_share_it() -> None:
 def test_no_cyclic_garbage_collection_until_the_scrape_is_rendered() -> None:
     during: list[bool] = []
 
-    class Watches(Collector):
+    class Watches(Enabled):
         name = "watches"
         help = "notes whether the garbage collector may run"
-
-        def start(self) -> Availability:
-            return Availability.enabled()
 
         def collect(self, sink: Sink) -> None:
             during.append(gc.isenabled())
@@ -251,14 +243,11 @@ def test_no_cyclic_garbage_collection_until_the_scrape_is_rendered() -> None:
         exp.close()
 
 
-class Partial(Collector):
+class Partial(Enabled):
     """A collector with a host-wide feature and one whose state differs per device."""
 
     name = "partial"
     help = "features"
-
-    def start(self) -> Availability:
-        return Availability.enabled()
 
     def features(self) -> list[Feature]:
         return [
