@@ -16,6 +16,8 @@ from typing import Final, Literal
 # --- map sizes ---------------------------------------------------------------------------
 STATS_MAX: Final = 65536  # counters and histogram slots, all processes together
 THREADS_MAX: Final = 16384  # threads inside a probed call at one time
+FAST_THREADS_BITS: Final = 13  # 2**13 threads' state found by index (the others: task storage)
+FAST_THREADS: Final = 1 << FAST_THREADS_BITS
 PROCS_MAX: Final = 8192  # processes that launched (shapes) / await a synchronise (pending)
 LAUNCH_SLOTS: Final = 16  # launch counters kept in a process's shape value
 RINGBUF_PAGES: Final = 128  # 512 KiB of rare events (names, graph nodes: 48 bytes each)

@@ -60,6 +60,9 @@ TRACEPOINTS: tuple[tuple[str, str, str, dict[str, str]], ...] = (
 )
 # The offsets of those fields on x86-64 (syscall records: 8 bytes of common fields, the
 # syscall number, then one 8-byte slot per argument), used when tracefs is not readable.
+# Raw tracepoints (no tracefs needed) the probes cannot do without: a thread's exit frees
+# its state's place (program.c, fast_threads).
+RAW_TRACEPOINTS: tuple[tuple[str, str], ...] = (("sched_process_exit", "on_thread_exit"),)
 DEFAULT_TRACEPOINT_OFFSETS = {"TP_MMAP_PROT_OFF": 32, "TP_MMAP_FLAGS_OFF": 40,
                               "TP_MMAP_FD_OFF": 48, "TP_MMAP_RET_OFF": 16}
 _FIELD = re.compile(r"field:[^;]*?\b(\w+)(?:\[\d*\])?;\s*offset:(\d+);")
@@ -127,6 +130,25 @@ def uprobe_programs() -> list[str]:
     return [*abi.ENTRY_PROGRAMS, abi.RETURN_PROGRAM, abi.RETURN_PROGRAM_DRIVER]
 
 
+def attach_raw_tracepoints(bpf: Any, bcc: Any) -> list[int]:
+    """RAW_TRACEPOINTS attached (before any probe, which they clean up after); their fds."""
+    from bcc.libbcc import lib
+
+    fds: list[int] = []
+    for event, program in RAW_TRACEPOINTS:
+        try:
+            fd = bpf.load_func(program.encode(), bcc.BPF.RAW_TRACEPOINT).fd
+        except Exception as exc:
+            attach.close_all(fds, os.close)
+            raise LoadError(f"BPF program {program} failed to load: {exc}") from exc
+        tp = lib.bpf_attach_raw_tracepoint(fd, event.encode())
+        if tp < 0:
+            attach.close_all(fds, os.close)
+            raise LoadError(f"cannot attach to raw tracepoint {event} (error {tp})")
+        fds.append(tp)
+    return fds
+
+
 def choose_mechanism(wanted: str) -> tuple[str, str | None]:
     """The attach mechanism to use, and why the better one is not used, if it is not."""
     if wanted == attach.PERF_EVENT:
@@ -151,6 +173,8 @@ def check(bcc: Any) -> str:
             mech.load(uprobe_programs())
             for _, _, program, _ in TRACEPOINTS:
                 bpf.load_func(program.encode(), bcc.BPF.TRACEPOINT)
+            for _, program in RAW_TRACEPOINTS:
+                bpf.load_func(program.encode(), bcc.BPF.RAW_TRACEPOINT)
         except Exception as exc:
             raise LoadError(f"BPF program failed to load: {exc}") from exc
         return name
@@ -224,6 +248,7 @@ class Engine:
                 self._mech.load(uprobe_programs())
             except Exception as exc:
                 raise LoadError(f"BPF program failed to load: {exc}") from exc
+            self._tracepoint_fds += attach_raw_tracepoints(self._bpf, bcc)
             self._bpf["events"].open_ring_buffer(self._on_event)
             self._bpf["procs"].open_ring_buffer(self._on_proc_event)
             if self.tracking_problem is None:

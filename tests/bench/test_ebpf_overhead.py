@@ -9,7 +9,7 @@ launch_loop.c, timing itself) with
   cudaLaunchKernel and the cuLaunchKernel the runtime calls into; driver loop:
   cuLaunchKernel), through the same mechanism (uprobe_multi links);
 - `frames_only`: the collector's program built with -DFRAMES_ONLY on the same points:
-  the per-thread frame kept from entry to return (task-local storage, the BPF cookie),
+  the per-thread frame kept from entry to return (the per-thread state, the BPF cookie),
   nothing counted. What `ours` costs above the no-op programs splits into this, which
   any count made on return (on success only) needs, and the counting itself;
 - `ours`: the collector's own compiled program (gpu_exporter/ebpf/program.c) on the same

@@ -5,9 +5,11 @@
 #include "cuda_fake.h"
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -81,9 +83,16 @@ static void runtime_work(int n) {
 
 static void thread_work(int threads, int n) {
   std::vector<std::thread> pool;
+  // Every thread is alive until all have launched: all have per-thread state at once.
+  std::mutex m;
+  std::condition_variable cv;
+  int done = 0;
   for (int t = 0; t < threads; t++)
-    pool.emplace_back([n] {
+    pool.emplace_back([n, threads, &m, &cv, &done] {
       for (int i = 0; i < n; i++) launch(fnp(&threaded_kernel), dim3{2, 1, 1}, dim3{128, 1, 1});
+      std::unique_lock<std::mutex> lock(m);
+      if (++done == threads) cv.notify_all();
+      cv.wait(lock, [&] { return done == threads; });
     });
   for (auto &t : pool) t.join();
   cudaDeviceSynchronize();
