@@ -108,8 +108,10 @@ OP_CAPTURE_END: Final = 16
 OP_EVENT_RECORD: Final = 17
 OP_STREAM_WAIT: Final = 18  # cudaStreamWaitEvent: a stream may join a capture
 OP_GRAPH_CREATE: Final = 19
-OP_GRAPH_ADD_KERNEL: Final = 20  # cudaGraphAddKernelNode (arg 1: cudaGraphAddNode)
+OP_GRAPH_ADD_KERNEL: Final = 20  # a node added to a graph (arg: GRAPH_ADD_*)
 OP_GRAPH_INSTANTIATE: Final = 21
+OP_GRAPH_CLONE: Final = 22
+OP_GRAPH_UPDATE: Final = 23  # cudaGraphExecUpdate: the executable graph runs another graph
 
 EV_NEW_KEY: Final = 1
 EV_HANDLE_NAME: Final = 2  # id = CUfunction/CUkernel, name = its (mangled) name
@@ -128,10 +130,15 @@ EV_GRAPH_NODE: Final = 21  # id = a kernel (api: its key's), target = the graph 
 EV_CAPTURE_BEGIN: Final = 22  # id = a capture, target = the graph it adds to (ToGraph) or 0
 EV_CAPTURED_NODE: Final = 23  # id = a kernel launched into capture `target` (api)
 EV_CAPTURE_END: Final = 24  # id = a capture, target = the graph it made (0: it failed)
-EV_GRAPH_EXEC: Final = 25  # id = an executable graph's serial, target = its graph
+# id = an executable graph's serial (given at instantiation and at each update), target =
+# the graph whose kernel nodes it runs
+EV_GRAPH_EXEC: Final = 25
+EV_GRAPH_CLONE: Final = 26  # id = a new graph, target = the graph it is a copy of
+EV_GRAPH_CHILD: Final = 27  # id = a graph added as a child node to graph `target`
 GRAPH_EVENT = struct.Struct("<IIHHIQQ")
 GRAPH_EVENTS: Final = frozenset({EV_GRAPH_CREATE, EV_GRAPH_NODE, EV_CAPTURE_BEGIN,
-                                 EV_CAPTURED_NODE, EV_CAPTURE_END, EV_GRAPH_EXEC})
+                                 EV_CAPTURED_NODE, EV_CAPTURE_END, EV_GRAPH_EXEC,
+                                 EV_GRAPH_CLONE, EV_GRAPH_CHILD})
 
 DROP_STATS_FULL: Final = 0
 DROP_THREADS_FULL: Final = 1
@@ -225,10 +232,23 @@ CU_MEMORYTYPE_ARRAY: Final = 3
 CU_MEMORYTYPE_UNIFIED: Final = 4
 # struct cudaKernelNodeParams { void *func; ... }, CUDA_KERNEL_NODE_PARAMS(_v2) { CUfunction
 # func; ... }; cudaGraphNodeParams / CUgraphNodeParams { int type; int reserved0[3];
-# union { ... kernel node params ... } }: type 0 is a kernel node.
+# union { ... kernel node params, struct cudaChildGraphNodeParams { cudaGraph_t graph; }
+# / CUDA_CHILD_GRAPH_NODE_PARAMS ... } }: type 0 is a kernel node, 4 a child graph.
 KNODE_FUNC_OFF: Final = 0
 NODE_PARAMS_KERNEL_OFF: Final = 16
+CHILD_GRAPH_OFF: Final = 0  # in the union, as NODE_PARAMS_KERNEL_OFF
 GRAPH_NODE_KERNEL: Final = 0
+GRAPH_NODE_GRAPH: Final = 4
+# What a graph_add_kernel probe's call adds (its arg): its last argument points at a
+# kernel node's parameters (cudaGraphAddKernelNode), at a node's parameters of any type
+# (cudaGraphAddNode: its kernel nodes and child graphs are followed), or is a child graph
+# (cudaGraphAddChildGraphNode).
+GRAPH_ADD_KERNEL_PARAMS: Final = 0
+GRAPH_ADD_NODE_PARAMS: Final = 1
+GRAPH_ADD_CHILD: Final = 2
+# cudaGraphAddNode_v2 / cuGraphAddNode_v2 (CUDA 12.3) take the edge data before
+# numDependencies: the parameters are the 6th argument (a probe's `pos`), not the 5th.
+GRAPH_ADD_NODE_V2_PARAMS_ARG: Final = 6
 
 
 def defines() -> list[str]:
@@ -322,12 +342,17 @@ RUNTIME_PROBES: Final[tuple[Probe, ...]] = (
     *_rt("cudaEventRecordWithFlags", "event_record", 0, PTSZ),
     *_rt("cudaStreamWaitEvent", "stream_wait", 0, PTSZ),
     *_rt("cudaGraphCreate", "graph_create"),
-    *_rt("cudaGraphAddKernelNode", "graph_add_kernel"),
-    Probe("cudaGraphAddNode", "graph_add_kernel", 1, since="12.2"),
+    *_rt("cudaGraphAddKernelNode", "graph_add_kernel", GRAPH_ADD_KERNEL_PARAMS),
+    Probe("cudaGraphAddNode", "graph_add_kernel", GRAPH_ADD_NODE_PARAMS, since="12.2"),
+    Probe("cudaGraphAddNode_v2", "graph_add_kernel", GRAPH_ADD_NODE_PARAMS, since="12.3",
+          pos=GRAPH_ADD_NODE_V2_PARAMS_ARG),
+    *_rt("cudaGraphAddChildGraphNode", "graph_add_child", GRAPH_ADD_CHILD),
+    *_rt("cudaGraphClone", "graph_clone"),
     *_rt("cudaGraphInstantiate", "graph_instantiate"),
     *_rt("cudaGraphInstantiateWithFlags", "graph_instantiate"),
     Probe("cudaGraphInstantiateWithParams", "graph_instantiate", since="12.0"),
     Probe("cudaGraphInstantiateWithParams_ptsz", "graph_instantiate", since="12.0"),
+    *_rt("cudaGraphExecUpdate", "graph_exec_update"),
     *_rt("cudaStreamSynchronize", "sync", SYNC_CUDA_STREAM, PTSZ),
     *_rt("cudaDeviceSynchronize", "sync", SYNC_CUDA_DEVICE),
     *_rt("cudaEventSynchronize", "sync", SYNC_CUDA_EVENT),
@@ -384,11 +409,16 @@ DRIVER_PROBES: Final[tuple[Probe, ...]] = (
     *_drv("cuEventRecordWithFlags", "event_record", 0, PTSZ),
     *_drv("cuStreamWaitEvent", "stream_wait", 0, PTSZ),
     *_drv("cuGraphCreate", "graph_create"),
-    *_drv("cuGraphAddKernelNode", "graph_add_kernel", 0, "_v2"),
-    *_drv("cuGraphAddNode", "graph_add_kernel", 1),
+    *_drv("cuGraphAddKernelNode", "graph_add_kernel", GRAPH_ADD_KERNEL_PARAMS, "_v2"),
+    *_drv("cuGraphAddNode", "graph_add_kernel", GRAPH_ADD_NODE_PARAMS),
+    Probe("cuGraphAddNode_v2", "graph_add_kernel", GRAPH_ADD_NODE_PARAMS, True, since="12.3",
+          pos=GRAPH_ADD_NODE_V2_PARAMS_ARG),
+    *_drv("cuGraphAddChildGraphNode", "graph_add_child", GRAPH_ADD_CHILD),
+    *_drv("cuGraphClone", "graph_clone"),
     *_drv("cuGraphInstantiate", "graph_instantiate", 0, "_v2"),
     *_drv("cuGraphInstantiateWithFlags", "graph_instantiate"),
     *_drv("cuGraphInstantiateWithParams", "graph_instantiate", 0, PTSZ),
+    *_drv("cuGraphExecUpdate", "graph_exec_update", 0, "_v2"),
     *_drv("cuStreamSynchronize", "sync", SYNC_CU_STREAM, PTSZ),
     *_drv("cuCtxSynchronize", "sync", SYNC_CU_CTX),
     *_drv("cuEventSynchronize", "sync", SYNC_CU_EVENT),
@@ -461,10 +491,14 @@ COUNTS: Final[dict[str, str]] = {
                     "streams that wait on it to the capture",
     "stream_wait": "no count: a stream that waits on a captured event joins the capture",
     "graph_create": "no count: a new, empty graph",
-    "graph_add_kernel": "no count: a kernel node of a graph (a kernel node only, for "
-                        "`cudaGraphAddNode`/`cuGraphAddNode`)",
+    "graph_add_kernel": "no count: a kernel node of a graph",
+    "graph_add_child": "no count: the graph gains the child graph's kernel nodes as they "
+                       "are then",
+    "graph_clone": "no count: the new graph has the original's kernel nodes",
     "graph_instantiate": "no count: the executable graph runs the graph's kernel nodes: "
                          "each launch of it counts each of them",
+    "graph_exec_update": "no count: the executable graph runs the graph's kernel nodes "
+                         "from then on (launches before keep the kernels they ran)",
 }
 BY_SYMBOL: Final = {p.symbol: p for p in ALL_PROBES}
 ENTRY_PROGRAMS: Final = tuple(sorted({p.program for p in ALL_PROBES}))

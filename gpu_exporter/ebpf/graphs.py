@@ -1,6 +1,8 @@
 """CUDA graphs as the probes saw them built: the kernel nodes of each graph (captured
-from a stream, or added one by one) and of each executable graph instantiated from it,
-so that a graph launch counts every kernel it runs under the kernel's own name.
+from a stream, added one by one, cloned, or gained with a child graph) and of each
+executable graph instantiated from it (or updated to it: a new serial, so that earlier
+launches keep the kernels they ran), so that a graph launch counts every kernel it runs
+under the kernel's own name.
 
 Fed by the `graph_events` ring buffer (program.c), in the order the calls returned. What
 was not seen whole (a graph made before the exporter started, an event lost to a full
@@ -65,6 +67,10 @@ class Graphs:
                     nodes = None if had is None or nodes is None else had + nodes
                 if target:
                     self._set_graph(p, target, nodes)
+            elif etype == abi.EV_GRAPH_CLONE:
+                self._set_graph(p, ident, self._copy(p, p.graphs.get(target)))
+            elif etype == abi.EV_GRAPH_CHILD:
+                self._add_child(p, target, p.graphs.get(ident))
             elif etype == abi.EV_GRAPH_EXEC:
                 nodes = p.graphs.get(target)
                 lost = ident <= self._lost_upto
@@ -84,6 +90,30 @@ class Graphs:
             return
         p.graphs[graph] = nodes
         p.nodes += len(nodes or ())
+
+    def _copy(self, p: _Process, nodes: Nodes) -> Nodes:
+        """A copy of `nodes` to be kept in `p` (a clone, a child graph): None when not
+        known whole, or when it would pass GRAPH_NODES_MAX (a drop)."""
+        if nodes is None:
+            return None
+        if p.nodes + len(nodes) > abi.GRAPH_NODES_MAX:
+            self.dropped += 1
+            return None
+        return list(nodes)
+
+    def _add_child(self, p: _Process, parent: int, child: Nodes) -> None:
+        """Graph `parent` gains the kernel nodes `child` has now (CUDA copies the child
+        graph into the node): not known whole when the child is not."""
+        nodes = p.graphs.get(parent)
+        if nodes is None:
+            return
+        added = self._copy(p, child)
+        if added is None:
+            p.graphs[parent] = None
+            p.nodes -= len(nodes)
+        else:
+            nodes.extend(added)
+            p.nodes += len(added)
 
     def _add(self, p: _Process, nodes: Nodes, node: Node, tgid: int
              ) -> tuple[int, int, int] | None:

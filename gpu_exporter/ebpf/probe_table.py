@@ -24,6 +24,8 @@ def _detail(p: abi.Probe) -> str:
         return f"; `{abi.MEM_NAMES[p.arg]}` memory"
     if p.program == "sync":
         return f"; `cuda_sync_call=\"{abi.SYNC_NAMES[p.arg]}\"`"
+    if p.program == "graph_add_kernel" and p.arg == abi.GRAPH_ADD_NODE_PARAMS:
+        return "; a child graph node: the child graph's kernel nodes as they are then"
     return ""
 
 

@@ -560,6 +560,20 @@ static __always_inline void capture_ended(u32 tgid, struct frame *f, int rc) {
     graph_event(tgid, EV_CAPTURE_END, 0, c, rc == 0 ? read_u64(f->b) : 0);
 }
 
+// Executable graph `exec` runs `graph`'s kernel nodes from now on: a new serial, which
+// its launches are counted by.
+static __always_inline void exec_runs(u32 tgid, u64 exec, u64 graph) {
+    struct gkey k = {};
+    k.tgid = tgid;
+    k.handle = exec;
+    u64 serial = next_serial();
+    if (execs.update(&k, &serial) != 0) {
+        drop(DROP_GRAPHS_FULL);
+        return;
+    }
+    graph_event(tgid, EV_GRAPH_EXEC, 0, serial, graph);
+}
+
 // What a call that returned does, from its frame (a copy made on entry).
 static __always_inline void finish(struct pt_regs *ctx, u32 tgid, struct frame *f,
                                    struct tstate *t) {
@@ -721,34 +735,40 @@ static __always_inline void finish(struct pt_regs *ctx, u32 tgid, struct frame *
         if (f->counted)
             graph_event(tgid, EV_GRAPH_CREATE, 0, read_u64(f->a), 0);
         break;
-    case OP_GRAPH_ADD_KERNEL: {  // (pNode, graph, deps, n, params): params in f->d
+    // (pNode, graph, deps, n, what) and cudaGraphAddNode_v2(pNode, graph, deps, edges, n,
+    // params): `what` (f->d) as the cookie's arg says (GRAPH_ADD_*).
+    case OP_GRAPH_ADD_KERNEL: {
         if (!f->counted)
             break;
-        u64 params = f->d;
-        if (COOKIE_ARG(f->cookie)) {  // cudaGraphAddNode: a kernel node only
-            u32 type = 0;
-            bpf_probe_read_user(&type, sizeof(type), (void *)params);
-            if (type != GRAPH_NODE_KERNEL)
-                break;
-            params += NODE_PARAMS_KERNEL_OFF;
+        u64 what = f->d;
+        u32 type = COOKIE_ARG(f->cookie) == GRAPH_ADD_CHILD ? GRAPH_NODE_GRAPH
+                                                            : GRAPH_NODE_KERNEL;
+        if (COOKIE_ARG(f->cookie) == GRAPH_ADD_NODE_PARAMS) {  // the type, then the params
+            bpf_probe_read_user(&type, sizeof(type), (void *)what);
+            what += NODE_PARAMS_KERNEL_OFF;
+            if (type == GRAPH_NODE_GRAPH)
+                what = read_u64(what + CHILD_GRAPH_OFF);
         }
-        graph_event(tgid, EV_GRAPH_NODE, api, read_u64(params + KNODE_FUNC_OFF), f->b);
+        if (type == GRAPH_NODE_KERNEL)
+            graph_event(tgid, EV_GRAPH_NODE, api, read_u64(what + KNODE_FUNC_OFF), f->b);
+        else if (type == GRAPH_NODE_GRAPH)
+            graph_event(tgid, EV_GRAPH_CHILD, 0, what, f->b);
         break;
     }
-    case OP_GRAPH_INSTANTIATE: {  // (cudaGraphExec_t *pExec, graph, ...)
-        if (!f->counted)
-            break;
-        struct gkey k = {};
-        k.tgid = tgid;
-        k.handle = read_u64(f->a);
-        u64 serial = next_serial();
-        if (execs.update(&k, &serial) != 0) {
-            drop(DROP_GRAPHS_FULL);
-            break;
-        }
-        graph_event(tgid, EV_GRAPH_EXEC, 0, serial, f->b);
+    case OP_GRAPH_CLONE:  // (cudaGraph_t *pClone, cudaGraph_t original)
+        if (f->counted)
+            graph_event(tgid, EV_GRAPH_CLONE, 0, read_u64(f->a), f->b);
         break;
-    }
+    case OP_GRAPH_INSTANTIATE:  // (cudaGraphExec_t *pExec, graph, ...)
+        if (f->counted)
+            exec_runs(tgid, read_u64(f->a), f->b);
+        break;
+    // (cudaGraphExec_t exec, graph, ...): a new serial, so that the launches counted
+    // before keep the kernels they ran.
+    case OP_GRAPH_UPDATE:
+        if (f->counted)
+            exec_runs(tgid, f->a, f->b);
+        break;
     }
 }
 
@@ -999,13 +1019,18 @@ ENTRY(sync, OP_SYNC, PROBE_COOKIE) {
 
 // --- names and the thread's device: calls whose arguments are read on return ------
 // The first three and the fifth argument are kept, inside a runtime call too (`names`);
-// finish() reads what each call has.
+// finish() reads what each call has. cudaGraphAddNode_v2's parameters are its sixth
+// (its probe's COOKIE_POS): kept in place of the fifth.
 static __always_inline void keep_args(struct pt_regs *ctx, struct frame *f,
                                       struct tstate *t) {
     f->a = PT_REGS_PARM1(ctx);
     f->b = PT_REGS_PARM2(ctx);
     f->c = PT_REGS_PARM3(ctx);
-    f->d = PT_REGS_PARM5(ctx);
+    // Both read, then one chosen: the verifier allows no context access at a computed
+    // offset, which a choice between the two reads compiles to.
+    u64 fifth = PT_REGS_PARM5(ctx), sixth = PT_REGS_PARM6(ctx);
+    asm volatile("" : "+r"(sixth));
+    f->d = COOKIE_POS(f->cookie) == GRAPH_ADD_NODE_V2_PARAMS_ARG ? sixth : fifth;
 }
 #define KEEP_ARGS(name, op) ENTRY_FILLED(name, op, 1, PROBE_COOKIE, keep_args)
 KEEP_ARGS(rt_get_kernel, OP_GET_KERNEL)
@@ -1023,7 +1048,10 @@ KEEP_ARGS(event_record, OP_EVENT_RECORD)
 KEEP_ARGS(stream_wait, OP_STREAM_WAIT)
 KEEP_ARGS(graph_create, OP_GRAPH_CREATE)
 KEEP_ARGS(graph_add_kernel, OP_GRAPH_ADD_KERNEL)
+KEEP_ARGS(graph_add_child, OP_GRAPH_ADD_KERNEL)
+KEEP_ARGS(graph_clone, OP_GRAPH_CLONE)
 KEEP_ARGS(graph_instantiate, OP_GRAPH_INSTANTIATE)
+KEEP_ARGS(graph_exec_update, OP_GRAPH_UPDATE)
 
 // --- threads that exit: their place in `fast_threads` is free again ----------------
 // (raw tracepoint sched_process_exit, in the exiting thread: its state zeroed, then the

@@ -37,6 +37,55 @@ def test_an_executable_graph_runs_the_kernels_its_graph_had_when_instantiated() 
     assert g.dropped == 0
 
 
+def test_a_clone_has_the_original_kernels_as_they_are_then() -> None:
+    g = Graphs()
+    capture(g, 1, 0x100, [0xA, 0xB])
+    g.on_event(ev(abi.EV_GRAPH_CLONE, 0x200, 0x100))
+    g.on_event(ev(abi.EV_GRAPH_NODE, 0xC, 0x100))  # the original only
+    g.on_event(ev(abi.EV_GRAPH_NODE, 0xD, 0x200))  # the clone only
+    g.on_event(ev(abi.EV_GRAPH_CLONE, 0x300, 0x999))  # of a graph not seen made
+    for serial, graph in ((2, 0x100), (3, 0x200), (4, 0x300)):
+        g.on_event(ev(abi.EV_GRAPH_EXEC, serial, graph))
+    assert g.kernels(TGID, 2) == Counter({(RT, 0xA): 1, (RT, 0xB): 1, (RT, 0xC): 1})
+    assert g.kernels(TGID, 3) == Counter({(RT, 0xA): 1, (RT, 0xB): 1, (RT, 0xD): 1})
+    assert g.kernels(TGID, 4) is None
+
+
+def test_a_child_graph_adds_its_kernels_as_they_are_then() -> None:
+    g = Graphs()
+    capture(g, 1, 0x100, [0xA])  # the parent
+    capture(g, 2, 0x200, [0xB])  # a child
+    g.on_event(ev(abi.EV_GRAPH_CHILD, 0x200, 0x100))
+    g.on_event(ev(abi.EV_GRAPH_NODE, 0xC, 0x200))  # later: the child's own copy only
+    g.on_event(ev(abi.EV_GRAPH_CHILD, 0x100, 0x300))  # into a graph not seen made: no
+    g.on_event(ev(abi.EV_GRAPH_CREATE, 0x300))  # made after: an empty graph again
+    g.on_event(ev(abi.EV_GRAPH_CHILD, 0x100, 0x300))
+    g.on_event(ev(abi.EV_GRAPH_CHILD, 0x100, 0x300))  # twice: twice the kernels
+    g.on_event(ev(abi.EV_GRAPH_EXEC, 3, 0x100))
+    g.on_event(ev(abi.EV_GRAPH_EXEC, 4, 0x300))
+    assert g.kernels(TGID, 3) == Counter({(RT, 0xA): 1, (RT, 0xB): 1})
+    assert g.kernels(TGID, 4) == Counter({(RT, 0xA): 2, (RT, 0xB): 2})
+
+
+def test_a_graph_with_an_unknown_child_is_unknown() -> None:
+    g = Graphs()
+    capture(g, 1, 0x100, [0xA])
+    g.on_event(ev(abi.EV_GRAPH_CHILD, 0x999, 0x100))  # a child not seen made
+    g.on_event(ev(abi.EV_GRAPH_NODE, 0xB, 0x100))
+    g.on_event(ev(abi.EV_GRAPH_EXEC, 2, 0x100))
+    assert g.kernels(TGID, 2) is None
+
+
+def test_an_update_is_a_new_serial_and_the_old_one_keeps_its_kernels() -> None:
+    g = Graphs()
+    capture(g, 1, 0x100, [0xA])
+    capture(g, 2, 0x200, [0xB])
+    g.on_event(ev(abi.EV_GRAPH_EXEC, 3, 0x100))  # instantiated
+    g.on_event(ev(abi.EV_GRAPH_EXEC, 4, 0x200))  # the same executable graph, updated
+    assert g.kernels(TGID, 3) == Counter({(RT, 0xA): 1})
+    assert g.kernels(TGID, 4) == Counter({(RT, 0xB): 1})
+
+
 def test_a_graph_not_seen_made_or_without_kernels_is_unknown() -> None:
     g = Graphs()
     g.on_event(ev(abi.EV_GRAPH_NODE, 0xA, 0x200))  # a graph created before we looked
@@ -64,7 +113,7 @@ def test_lost_events_make_what_was_being_built_unknown() -> None:
     assert g.kernels(TGID, 7) == PENDING
 
 
-@pytest.mark.parametrize("what", ["nodes", "execs"])
+@pytest.mark.parametrize("what", ["nodes", "execs", "clone", "child"])
 def test_caps_count_drops_and_leave_the_rest_unknown(what: str, monkeypatch: pytest.MonkeyPatch
                                                      ) -> None:
     monkeypatch.setattr(abi, "GRAPH_NODES_MAX", 3)
@@ -74,6 +123,21 @@ def test_caps_count_drops_and_leave_the_rest_unknown(what: str, monkeypatch: pyt
         capture(g, 1, 0x100, [0xA, 0xB, 0xC, 0xD])  # the 4th node is one too many
         g.on_event(ev(abi.EV_GRAPH_EXEC, 2, 0x100))
         assert g.dropped == 1 and g.kernels(TGID, 2) is None
+    elif what in ("clone", "child"):
+        capture(g, 1, 0x100, [0xA, 0xB])  # a copy of its 2 nodes: 4 kept, one too many
+        if what == "clone":
+            g.on_event(ev(abi.EV_GRAPH_CLONE, 0x200, 0x100))
+        else:
+            g.on_event(ev(abi.EV_GRAPH_CHILD, 0x100, 0x100))
+        g.on_event(ev(abi.EV_GRAPH_EXEC, 2, 0x100))
+        g.on_event(ev(abi.EV_GRAPH_EXEC, 3, 0x200))
+        assert g.dropped == 1
+        # the original intact (unless it was the parent), the copy unknown
+        assert g.kernels(TGID, 2) == (
+            Counter({(RT, 0xA): 1, (RT, 0xB): 1}) if what == "clone" else None)
+        assert g.kernels(TGID, 3) is None
+        g.on_event(ev(abi.EV_GRAPH_NODE, 0xC, 0x100))  # room for a node still
+        assert g.dropped == 1
     else:
         capture(g, 1, 0x100, [0xA])
         for serial in (2, 3, 4):

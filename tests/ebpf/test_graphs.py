@@ -1,6 +1,7 @@
 """CUDA graphs by kernel: the real exporter, real uprobes, the fake CUDA libraries
 capturing streams, adding nodes, instantiating and launching graphs (csrc/graphs.c,
-whose counts these are)."""
+whose counts these are); cloning graphs, updating executable graphs, child graphs and
+cudaGraphAddNode_v2 in a second process (graphs --follow)."""
 
 from __future__ import annotations
 
@@ -17,35 +18,68 @@ GRAPH = {"k_a": 7 * 2, "k_b": 7, "k_c": 7, "drv_g": 7,  # captured, S2 joined; 5
          "k_f": 1,  # captured into the added graph: x3 only
          "unknown": 4}  # an executable graph no probe saw instantiated
 RUN = {("runtime", "k_a"): 1, ("runtime", "k_c"): 1}  # after the capture, on both streams
+# graphs --follow (follow() in csrc/graphs.c), by part:
+CLONED = {"c_kept": 1,  # a clone that failed: the handle still holds its graph
+          "c_a": 2 + 3, "c_drv": 2 + 3,  # a runtime clone 2 times, a driver clone 3 times
+          "c_b": 3}  # added to the original after the first clone: the driver clone's
+UPDATED = {"u_old": 3 + 4,  # before the first update, and after the driver update to it
+           "u_new": 2 + 1 + 5}  # after the update, after a failed one, after CUDA 11's
+CHILDREN = {k: 2 for k in ("p_own", "ch_a", "ch_b", "ch_c", "ch_d")}  # ch_late: not there
+ADDED_V2 = {k: 3 for k in ("v_a", "v_drv", "v_ch", "v_ch2")}
+LAST = {"f_last": 1}  # the last graph launched
+FOLLOWED = {**CLONED, **UPDATED, **CHILDREN, **ADDED_V2, **LAST}
+FOLLOW_FAIL = "cudaGraphClone=2x1"  # cudaErrorMemoryAllocation, the first call
+
+
+def graph_launches(series: list[Series]) -> dict[tuple[str, str], float]:
+    return {(x.labels["cuda_api"], x.labels["cuda_kernel_name"]): x.value
+            for x in find(series, "gpu_kernel_launch_calls_total")}
 
 
 @pytest.fixture(scope="module")
-def series(cuda_build: Build) -> Iterator[list[Series]]:
+def scraped(cuda_build: Build) -> Iterator[tuple[list[Series], list[Series]]]:
+    """The series of `graphs` and of `graphs --follow`, from one exporter."""
     args = [*only_ebpf_args(), "--collector.ebpf", "--ebpf.rescan-interval=0.2",
             "--ebpf.pid-label"]
     with exporter(args) as exp:
         w = Workload([cuda_build.path("graphs")],
                      {"FAKE_CUDA_FAIL": "cuStreamEndCapture=901x1"})
+        f = Workload([cuda_build.path("graphs"), "--follow"], {"FAKE_CUDA_FAIL": FOLLOW_FAIL})
         wait_attached(exp, cuda_build.dir)
         w.go()
-        pid = str(w.proc.pid)
+        f.go()
+        pids = str(w.proc.pid), str(f.proc.pid)
 
-        def launches() -> dict[tuple[str, str], float]:
-            return {(x.labels["cuda_api"], x.labels["cuda_kernel_name"]): x.value
-                    for x in find(parse(exp.scrape()), "gpu_kernel_launch_calls_total",
-                                  process_pid=pid)}
+        def done() -> bool:
+            series = parse(exp.scrape())
+            return all(graph_launches(find(series, "gpu_kernel_launch_calls_total",
+                                           process_pid=pid)).get(("graph", k)) == n
+                       for pid, k, n in ((pids[0], "k_f", 1), (pids[1], "f_last", 1)))
 
-        wait_until(lambda: launches().get(("graph", "k_f")) == 1, "graph launches counted")
+        wait_until(done, "graph launches counted")
         text = exp.scrape()
     promtool_check_metrics(text)
-    yield [x for x in parse(text) if x.labels.get("process_pid") in (pid, None)]
+    series = parse(text)
+
+    def of(pid: str) -> list[Series]:
+        return [x for x in series if x.labels.get("process_pid") in (pid, None)]
+
+    yield of(pids[0]), of(pids[1])
+
+
+@pytest.fixture(scope="module")
+def series(scraped: tuple[list[Series], list[Series]]) -> list[Series]:
+    return scraped[0]
+
+
+@pytest.fixture(scope="module")
+def followed(scraped: tuple[list[Series], list[Series]]) -> list[Series]:
+    return scraped[1]
 
 
 def test_each_graph_launch_counts_each_kernel_node_under_its_name(series: list[Series]
                                                                   ) -> None:
-    got = {(x.labels["cuda_api"], x.labels["cuda_kernel_name"]): x.value
-           for x in find(series, "gpu_kernel_launch_calls_total")}
-    assert got == {**{("graph", k): n for k, n in GRAPH.items()}, **RUN}
+    assert graph_launches(series) == {**{("graph", k): n for k, n in GRAPH.items()}, **RUN}
 
 
 def test_captured_launches_are_not_runs(series: list[Series]) -> None:
@@ -66,3 +100,42 @@ def test_no_graph_event_dropped(series: list[Series]) -> None:
                for x in find(series, "gpu_exporter_ebpf_events_dropped_total")}
     assert dropped["graph_map_full"] == 0 and dropped["graph_event_buffer_full"] == 0
     assert dropped["graph_nodes_full"] == 0
+
+
+def _launched(series: list[Series], kernels: dict[str, int]) -> dict[str, float]:
+    got = graph_launches(series)
+    assert {api for api, _ in got} == {"graph"}, got  # no kernel ran outside a graph
+    return {k: n for (_, k), n in got.items() if k in kernels}
+
+
+def test_a_cloned_graph_runs_the_kernels_the_original_had_then(followed: list[Series]
+                                                                ) -> None:
+    assert _launched(followed, CLONED) == CLONED
+
+
+def test_an_updated_executable_graph_counts_old_kernels_before_and_new_after(
+        followed: list[Series]) -> None:
+    assert _launched(followed, UPDATED) == UPDATED
+
+
+def test_a_child_graph_adds_the_kernels_it_had_when_added(followed: list[Series]) -> None:
+    assert _launched(followed, {**CHILDREN, "ch_late": 0}) == CHILDREN
+
+
+def test_nodes_added_by_add_node_v2_are_followed(followed: list[Series]) -> None:
+    assert _launched(followed, ADDED_V2) == ADDED_V2
+
+
+def test_every_followed_graph_launch_is_named(followed: list[Series]) -> None:
+    """Nothing left over as unknown: every kernel node of every launch is known."""
+    assert graph_launches(followed) == {("graph", k): n for k, n in FOLLOWED.items()}
+
+
+def test_failed_clones_and_updates_are_errors_and_change_nothing(followed: list[Series]
+                                                                  ) -> None:
+    errors = {(x.labels["cuda_call"], x.labels["error_type"]): x.value
+              for x in find(followed, "gpu_cuda_errors_total")}
+    assert errors == {("cudaGraphClone", "cudaErrorMemoryAllocation"): 1,
+                      ("cudaGraphExecUpdate", "cudaErrorGraphExecUpdateFailure"): 1}
+    # what they would have changed: c_kept's graph, u_new's executable graph
+    assert _launched(followed, {"c_kept": 1, "u_new": 8}) == {"c_kept": 1, "u_new": 8}

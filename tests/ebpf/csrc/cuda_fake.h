@@ -131,16 +131,25 @@ typedef struct cudaKernelNodeParams {
   void **kernelParams;
   void **extra;
 } cudaKernelNodeParams;
+struct cudaChildGraphNodeParams { cudaGraph_t graph; };
 /* cudaGraphNodeParams (CUDA 12.2): the node's type, then its parameters. */
 typedef struct cudaGraphNodeParams {
-  int type; /* cudaGraphNodeTypeKernel = 0, cudaGraphNodeTypeMemcpy = 1, ... */
+  int type; /* cudaGraphNodeTypeKernel = 0, cudaGraphNodeTypeMemcpy = 1, ...Graph = 4 */
   int reserved0[3];
   union {
     long long reserved1[29];
     cudaKernelNodeParams kernel;
+    struct cudaChildGraphNodeParams graph;
   };
   long long reserved2;
 } cudaGraphNodeParams;
+/* CUDA 12; CUDA 11's cudaGraphExecUpdate(exec, graph, cudaGraphNode_t *errNode,
+ * enum cudaGraphExecUpdateResult *result) has the same first two arguments. */
+typedef struct cudaGraphExecUpdateResultInfo_st {
+  int result; /* enum cudaGraphExecUpdateResult: 0 success, 2 topology changed, ... */
+  cudaGraphNode_t errorNode;
+  cudaGraphNode_t errorFromNode;
+} cudaGraphExecUpdateResultInfo;
 cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode);
 cudaError_t cudaStreamBeginCaptureToGraph(cudaStream_t stream, cudaGraph_t graph,
                                           const cudaGraphNode_t *dependencies,
@@ -156,8 +165,19 @@ cudaError_t cudaGraphAddKernelNode(cudaGraphNode_t *pGraphNode, cudaGraph_t grap
 cudaError_t cudaGraphAddNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
                              const cudaGraphNode_t *pDependencies, size_t numDependencies,
                              cudaGraphNodeParams *nodeParams);
+/* CUDA 12.3: the edge data (const cudaGraphEdgeData *) before numDependencies. */
+cudaError_t cudaGraphAddNode_v2(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
+                                const cudaGraphNode_t *pDependencies,
+                                const void *dependencyData, size_t numDependencies,
+                                cudaGraphNodeParams *nodeParams);
+cudaError_t cudaGraphAddChildGraphNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
+                                       const cudaGraphNode_t *pDependencies,
+                                       size_t numDependencies, cudaGraph_t childGraph);
+cudaError_t cudaGraphClone(cudaGraph_t *pGraphClone, cudaGraph_t originalGraph);
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t *pGraphExec, cudaGraph_t graph,
                                  unsigned long long flags);
+cudaError_t cudaGraphExecUpdate(cudaGraphExec_t hGraphExec, cudaGraph_t hGraph,
+                                cudaGraphExecUpdateResultInfo *resultInfo);
 
 typedef int CUresult;
 typedef struct CUfunc_st *CUfunction;
@@ -214,8 +234,38 @@ CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags);
 CUresult cuGraphAddKernelNode(CUgraphNode *phGraphNode, CUgraph hGraph,
                               const CUgraphNode *dependencies, size_t numDependencies,
                               const CUDA_KERNEL_NODE_PARAMS *nodeParams);
+typedef struct CUDA_CHILD_GRAPH_NODE_PARAMS_st { CUgraph graph; } CUDA_CHILD_GRAPH_NODE_PARAMS;
+typedef struct CUgraphNodeParams_st {
+  int type; /* CUgraphNodeType: CU_GRAPH_NODE_TYPE_KERNEL = 0, ..._GRAPH = 4 */
+  int reserved0[3];
+  union {
+    long long reserved1[29];
+    CUDA_KERNEL_NODE_PARAMS kernel;
+    CUDA_CHILD_GRAPH_NODE_PARAMS graph;
+  };
+  long long reserved2;
+} CUgraphNodeParams;
+typedef struct CUgraphExecUpdateResultInfo_st {
+  int result; /* CUgraphExecUpdateResult */
+  CUgraphNode errorNode;
+  CUgraphNode errorFromNode;
+} CUgraphExecUpdateResultInfo;
+CUresult cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                        size_t numDependencies, CUgraphNodeParams *nodeParams);
+CUresult cuGraphAddNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph,
+                           const CUgraphNode *dependencies, const void *dependencyData,
+                           size_t numDependencies, CUgraphNodeParams *nodeParams);
+CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                  const CUgraphNode *dependencies, size_t numDependencies,
+                                  CUgraph childGraph);
+CUresult cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph);
 CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
                                      unsigned long long flags);
+/* CUDA 11's, kept by the driver; CUDA 12's headers call cuGraphExecUpdate_v2. */
+CUresult cuGraphExecUpdate(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphNode *hErrorNode_out,
+                           int *updateResult_out);
+CUresult cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph,
+                              CUgraphExecUpdateResultInfo *resultInfo);
 CUresult cuModuleLoad(CUmodule *module, const char *fname);
 CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name);
 CUresult cuLibraryLoadFromFile(CUlibrary *library, const char *fileName, void *a, void *b,

@@ -285,10 +285,14 @@ CUresult cuMemAllocHost_v2(void **pp, size_t n) {
 /* Graphs: a graph counts its kernel nodes; a stream under capture (or joined to one
  * through an event recorded in it) adds the kernels launched on it to the capture's
  * graph instead of running them. Enough state to fail where CUDA fails: ending a
- * capture on a stream that is not capturing, instantiating no graph. */
+ * capture on a stream that is not capturing, instantiating no graph, updating an
+ * executable graph to a graph of another shape (here: another number of kernels). */
 #define CUDA_ERROR_ILLEGAL_STATE 401
 #define CUDA_ERROR_INVALID_VALUE 1
+#define CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE 910
+#define CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED 2
 struct CUgraph_st { int kernels; };
+struct CUgraphExec_st { int kernels; };
 #define STREAMS_MAX 64
 static struct { CUstream stream; CUgraph graph; } capturing[STREAMS_MAX];
 static struct { CUevent event; CUgraph graph; } recorded[STREAMS_MAX];
@@ -381,10 +385,62 @@ CUresult cuGraphAddKernelNode(CUgraphNode *node, CUgraph g, const CUgraphNode *d
   *node = malloc(8);
   return 0;
 }
+CUresult cuGraphAddChildGraphNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps,
+                                  size_t n, CUgraph child) {
+  FAIL_IF("cuGraphAddChildGraphNode");
+  (void)deps; (void)n;
+  if (!g || !child) return CUDA_ERROR_INVALID_VALUE;
+  g->kernels += child->kernels; /* a copy of the child as it is now */
+  *node = malloc(8);
+  return 0;
+}
+static CUresult add_node(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n,
+                         CUgraphNodeParams *p) {
+  if (!p) return CUDA_ERROR_INVALID_VALUE;
+  if (p->type == 0) return cuGraphAddKernelNode(node, g, deps, n, &p->kernel);
+  if (p->type == 4) return cuGraphAddChildGraphNode(node, g, deps, n, p->graph.graph);
+  *node = malloc(8); /* another kind of node: nothing to launch */
+  return 0;
+}
+CUresult cuGraphAddNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n,
+                        CUgraphNodeParams *p) {
+  FAIL_IF("cuGraphAddNode");
+  return add_node(node, g, deps, n, p);
+}
+CUresult cuGraphAddNode_v2(CUgraphNode *node, CUgraph g, const CUgraphNode *deps,
+                           const void *edges, size_t n, CUgraphNodeParams *p) {
+  FAIL_IF("cuGraphAddNode_v2");
+  (void)edges;
+  return add_node(node, g, deps, n, p);
+}
+CUresult cuGraphClone(CUgraph *out, CUgraph g) {
+  FAIL_IF("cuGraphClone");
+  if (!g) return CUDA_ERROR_INVALID_VALUE;
+  *out = malloc(sizeof **out);
+  **out = *g;
+  return 0;
+}
 CUresult cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph g, unsigned long long flags) {
   FAIL_IF("cuGraphInstantiateWithFlags");
   (void)flags;
   if (!g) return CUDA_ERROR_INVALID_VALUE;
-  *exec = malloc(16);
+  *exec = malloc(sizeof **exec);
+  (*exec)->kernels = g->kernels;
   return 0;
+}
+/* The executable graph runs `g` from now on: only a graph of its shape. */
+static CUresult exec_update(CUgraphExec e, CUgraph g, int *result) {
+  if (!e || !g) return CUDA_ERROR_INVALID_VALUE;
+  *result = e->kernels == g->kernels ? 0 : CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
+  return *result ? CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE : 0;
+}
+CUresult cuGraphExecUpdate(CUgraphExec e, CUgraph g, CUgraphNode *error_node, int *result) {
+  FAIL_IF("cuGraphExecUpdate");
+  if (error_node) *error_node = NULL;
+  return exec_update(e, g, result);
+}
+CUresult cuGraphExecUpdate_v2(CUgraphExec e, CUgraph g, CUgraphExecUpdateResultInfo *info) {
+  FAIL_IF("cuGraphExecUpdate_v2");
+  info->errorNode = info->errorFromNode = NULL;
+  return exec_update(e, g, &info->result);
 }

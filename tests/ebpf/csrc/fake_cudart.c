@@ -239,17 +239,42 @@ cudaError_t cudaGraphAddKernelNode(cudaGraphNode_t *node, cudaGraph_t g,
   return cuGraphAddKernelNode((CUgraphNode *)node, (CUgraph)g, (const CUgraphNode *)deps, n,
                               &cu);
 }
+cudaError_t cudaGraphAddChildGraphNode(cudaGraphNode_t *node, cudaGraph_t g,
+                                       const cudaGraphNode_t *deps, size_t n,
+                                       cudaGraph_t child) {
+  FAIL_IF("cudaGraphAddChildGraphNode");
+  return cuGraphAddChildGraphNode((CUgraphNode *)node, (CUgraph)g, (const CUgraphNode *)deps,
+                                  n, (CUgraph)child);
+}
+static cudaError_t add_node(cudaGraphNode_t *node, cudaGraph_t g, const cudaGraphNode_t *deps,
+                            size_t n, cudaGraphNodeParams *p) {
+  if (p->type == 0) return cudaGraphAddKernelNode(node, g, deps, n, &p->kernel);
+  if (p->type == 4) return cudaGraphAddChildGraphNode(node, g, deps, n, p->graph.graph);
+  *node = malloc(8); /* another kind of node: added, and nothing to launch */
+  return 0;
+}
 cudaError_t cudaGraphAddNode(cudaGraphNode_t *node, cudaGraph_t g, const cudaGraphNode_t *deps,
                              size_t n, cudaGraphNodeParams *p) {
   FAIL_IF("cudaGraphAddNode");
-  if (p->type != 0) { /* not a kernel node: added, and nothing to launch */
-    *node = malloc(8);
-    return 0;
-  }
-  return cudaGraphAddKernelNode(node, g, deps, n, &p->kernel);
+  return add_node(node, g, deps, n, p);
 }
+cudaError_t cudaGraphAddNode_v2(cudaGraphNode_t *node, cudaGraph_t g,
+                                const cudaGraphNode_t *deps, const void *edges, size_t n,
+                                cudaGraphNodeParams *p) {
+  FAIL_IF("cudaGraphAddNode_v2");
+  (void)edges;
+  return add_node(node, g, deps, n, p);
+}
+cudaError_t cudaGraphClone(cudaGraph_t *out, cudaGraph_t g) {
+  FAIL_IF("cudaGraphClone"); return cuGraphClone((CUgraph *)out, (CUgraph)g); }
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t g,
                                  unsigned long long flags) {
   FAIL_IF("cudaGraphInstantiate");
   return cuGraphInstantiateWithFlags((CUgraphExec *)exec, (CUgraph)g, flags);
+}
+cudaError_t cudaGraphExecUpdate(cudaGraphExec_t e, cudaGraph_t g,
+                                cudaGraphExecUpdateResultInfo *info) {
+  FAIL_IF("cudaGraphExecUpdate");
+  return cuGraphExecUpdate_v2((CUgraphExec)e, (CUgraph)g,
+                              (CUgraphExecUpdateResultInfo *)info);
 }
