@@ -112,6 +112,8 @@ OP_GRAPH_ADD_KERNEL: Final = 20  # a node added to a graph (arg: GRAPH_ADD_*)
 OP_GRAPH_INSTANTIATE: Final = 21
 OP_GRAPH_CLONE: Final = 22
 OP_GRAPH_UPDATE: Final = 23  # cudaGraphExecUpdate: the executable graph runs another graph
+OP_GRAPH_DESTROY: Final = 24
+OP_GRAPH_EXEC_DESTROY: Final = 25
 
 EV_NEW_KEY: Final = 1
 EV_HANDLE_NAME: Final = 2  # id = CUfunction/CUkernel, name = its (mangled) name
@@ -135,10 +137,16 @@ EV_CAPTURE_END: Final = 24  # id = a capture, target = the graph it made (0: it 
 EV_GRAPH_EXEC: Final = 25
 EV_GRAPH_CLONE: Final = 26  # id = a new graph, target = the graph it is a copy of
 EV_GRAPH_CHILD: Final = 27  # id = a graph added as a child node to graph `target`
+EV_GRAPH_DESTROY: Final = 28  # id = a graph destroyed
+# id = an executable graph's serial that no launch counts by any more (the executable
+# graph updated, instantiated again into the same handle, or destroyed): its counters are
+# final once this is read
+EV_GRAPH_RETIRED: Final = 29
 GRAPH_EVENT = struct.Struct("<IIHHIQQ")
 GRAPH_EVENTS: Final = frozenset({EV_GRAPH_CREATE, EV_GRAPH_NODE, EV_CAPTURE_BEGIN,
                                  EV_CAPTURED_NODE, EV_CAPTURE_END, EV_GRAPH_EXEC,
-                                 EV_GRAPH_CLONE, EV_GRAPH_CHILD})
+                                 EV_GRAPH_CLONE, EV_GRAPH_CHILD, EV_GRAPH_DESTROY,
+                                 EV_GRAPH_RETIRED})
 
 DROP_STATS_FULL: Final = 0
 DROP_THREADS_FULL: Final = 1
@@ -353,6 +361,8 @@ RUNTIME_PROBES: Final[tuple[Probe, ...]] = (
     Probe("cudaGraphInstantiateWithParams", "graph_instantiate", since="12.0"),
     Probe("cudaGraphInstantiateWithParams_ptsz", "graph_instantiate", since="12.0"),
     *_rt("cudaGraphExecUpdate", "graph_exec_update"),
+    *_rt("cudaGraphDestroy", "graph_destroy"),
+    *_rt("cudaGraphExecDestroy", "graph_exec_destroy"),
     *_rt("cudaStreamSynchronize", "sync", SYNC_CUDA_STREAM, PTSZ),
     *_rt("cudaDeviceSynchronize", "sync", SYNC_CUDA_DEVICE),
     *_rt("cudaEventSynchronize", "sync", SYNC_CUDA_EVENT),
@@ -419,6 +429,8 @@ DRIVER_PROBES: Final[tuple[Probe, ...]] = (
     *_drv("cuGraphInstantiateWithFlags", "graph_instantiate"),
     *_drv("cuGraphInstantiateWithParams", "graph_instantiate", 0, PTSZ),
     *_drv("cuGraphExecUpdate", "graph_exec_update", 0, "_v2"),
+    *_drv("cuGraphDestroy", "graph_destroy"),
+    *_drv("cuGraphExecDestroy", "graph_exec_destroy"),
     *_drv("cuStreamSynchronize", "sync", SYNC_CU_STREAM, PTSZ),
     *_drv("cuCtxSynchronize", "sync", SYNC_CU_CTX),
     *_drv("cuEventSynchronize", "sync", SYNC_CU_EVENT),
@@ -499,6 +511,9 @@ COUNTS: Final[dict[str, str]] = {
                          "each launch of it counts each of them",
     "graph_exec_update": "no count: the executable graph runs the graph's kernel nodes "
                          "from then on (launches before keep the kernels they ran)",
+    "graph_destroy": "no count: the graph's kernel nodes are forgotten",
+    "graph_exec_destroy": "no count: the executable graph's launch counters are final "
+                          "(folded into the exporter's own totals)",
 }
 BY_SYMBOL: Final = {p.symbol: p for p in ALL_PROBES}
 ENTRY_PROGRAMS: Final = tuple(sorted({p.program for p in ALL_PROBES}))

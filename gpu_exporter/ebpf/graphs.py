@@ -2,7 +2,8 @@
 from a stream, added one by one, cloned, or gained with a child graph) and of each
 executable graph instantiated from it (or updated to it: a new serial, so that earlier
 launches keep the kernels they ran), so that a graph launch counts every kernel it runs
-under the kernel's own name.
+under the kernel's own name. A serial retired (its executable graph updated or
+destroyed) is forgotten once its counters are folded, a graph destroyed at once.
 
 Fed by the `graph_events` ring buffer (program.c), in the order the calls returned. What
 was not seen whole (a graph made before the exporter started, an event lost to a full
@@ -30,6 +31,7 @@ class _Process:
     captures: dict[int, tuple[int, Nodes]] = field(default_factory=dict)  # id -> (to graph, nodes)
     execs: dict[int, Counter[Node] | None] = field(default_factory=dict)  # serial -> kernels
     nodes: int = 0  # kept in graphs and captures, against GRAPH_NODES_MAX
+    retired: set[int] = field(default_factory=set)  # serials no launch counts by any more
     unknown_upto: int = 0  # executable graphs not kept (the cap): serials up to this
 
 
@@ -71,6 +73,10 @@ class Graphs:
                 self._set_graph(p, ident, self._copy(p, p.graphs.get(target)))
             elif etype == abi.EV_GRAPH_CHILD:
                 self._add_child(p, target, p.graphs.get(ident))
+            elif etype == abi.EV_GRAPH_DESTROY:
+                p.nodes -= len(p.graphs.pop(ident, None) or ())
+            elif etype == abi.EV_GRAPH_RETIRED:
+                p.retired.add(ident)
             elif etype == abi.EV_GRAPH_EXEC:
                 nodes = p.graphs.get(target)
                 lost = ident <= self._lost_upto
@@ -158,6 +164,21 @@ class Graphs:
                 return p.execs[serial]
             known_upto = max(self._lost_upto, p.unknown_upto if p else 0)
             return None if serial <= known_upto else PENDING
+
+    def retired(self) -> dict[int, set[int]]:
+        """The serials of each process that no launch counts by any more: their
+        counters, as read from now on, are final."""
+        with self._lock:
+            return {tgid: set(p.retired) for tgid, p in self._procs.items() if p.retired}
+
+    def forget_serials(self, tgid: int, serials: set[int]) -> None:
+        """Retired serials whose counters are folded: their kernels are not needed."""
+        with self._lock:
+            p = self._procs.get(tgid)
+            if p is not None:
+                for serial in serials:
+                    p.execs.pop(serial, None)
+                p.retired -= serials
 
     def forget(self, tgid: int) -> None:
         with self._lock:

@@ -199,6 +199,13 @@ class _File:
     misses: int = 0  # rescans in a row that found no process mapping it
 
 
+def _serial(fam: int, sub: int, ident: int) -> int | None:
+    """The executable graph serial a launch counter counts by, or None."""
+    if fam == abi.FAM_LAUNCH and sub == abi.API_GRAPH and ident & abi.GRAPH_SERIAL_BIT:
+        return ident & ~abi.GRAPH_SERIAL_BIT
+    return None
+
+
 class _Pending(Exception):
     """A graph launch's executable graph: its event has not been read yet."""
 
@@ -500,8 +507,9 @@ class Engine:
         """The rows one BPF counter makes: itself, or for the launches of an executable
         graph whose kernels are known, one per kernel node (n times each). Raises
         _Pending while its graph's event may still be on the way."""
-        if fam == abi.FAM_LAUNCH and sub == abi.API_GRAPH and ident & abi.GRAPH_SERIAL_BIT:
-            kernels = self.graphs.kernels(tgid, ident & ~abi.GRAPH_SERIAL_BIT)
+        serial = _serial(fam, sub, ident)
+        if serial is not None:
+            kernels = self.graphs.kernels(tgid, serial)
             if kernels is PENDING:
                 raise _Pending(tgid)
             if isinstance(kernels, Counter):
@@ -602,28 +610,40 @@ class Engine:
                 live[tgid] = os.path.exists(f"{self.procfs}/{tgid}")
             return live[tgid]
 
+        # Retired before the counters are read: what they read of those is final.
+        retired = self.graphs.retired()
         stats, shapes = self._entries("stats"), self._shape_entries()
         held = self._held_back(stats, shapes, alive)
 
         def counted(tgid: int) -> bool:
             return tgid in held or alive(tgid)
 
-        dead_stats, dead_shapes = [], []
+        dead_stats, dead_shapes, final_stats = [], [], []
         for k, v in stats:
             if not counted(int(k.tgid)):
                 dead_stats.append(k)
+                continue
+            if _serial(k.fam, k.sub, k.id) in retired.get(int(k.tgid), ()):
+                final_stats.append(k)
                 continue
             with contextlib.suppress(_Pending):  # counted at a later read
                 for key, n in self._rows(int(k.tgid), k.fam, k.sub, k.id, int(k.dev),
                                          k.slot, _int(v)):
                     totals[key] += n
+        in_slots: dict[int, set[int]] = defaultdict(set)
         for tgid, v in shapes:
             if not counted(tgid):
                 dead_shapes.append(tgid)
                 continue
             for key, n in self._shape_rows(tgid, v):
                 totals[key] += n
+            for launch in v.launches:
+                tag = int(launch.tag)
+                serial = _serial(abi.FAM_LAUNCH, tag >> 48 & 0xFF, tag & (1 << 48) - 1)
+                if serial is not None:
+                    in_slots[tgid].add(serial)
         self._fold(dead_stats, dead_shapes, totals)
+        self._fold_retired(final_stats, retired, in_slots, totals)
         self.graphs.prune(counted)  # processes that made graphs but never ran one
         self._prune_captures(alive)
         return self._activity(totals)
@@ -682,19 +702,8 @@ class Engine:
         so the maps do not fill up with the dead; the sums stay monotonic."""
         if not dead_stats and not dead_shapes:
             return
-        tgids: set[int] = set()
+        tgids = {int(k.tgid) for k in self._fold_stats(dead_stats, totals)}
         folded: list[tuple[tuple[int, CallKey, int], int]] = []
-        stats = self._bpf["stats"]
-        for k in dead_stats:
-            try:
-                n = _int(stats[k])  # final: an exited process adds no more
-                del stats[k]
-            except KeyError:
-                continue
-            tgid = int(k.tgid)
-            tgids.add(tgid)
-            folded.extend(self._rows(tgid, int(k.fam), int(k.sub), int(k.id), int(k.dev),
-                                     int(k.slot), n))
         for tgid in dead_shapes:
             rows = self._free_slot(tgid)
             if rows is not None:
@@ -717,6 +726,41 @@ class Engine:
                     del execs[k]
         for cached in [k for k in self._devices if k[0] in tgids]:
             del self._devices[cached]
+
+    def _fold_stats(self, keys: list[Any], totals: dict[tuple[int, CallKey, int], int]
+                    ) -> list[Any]:
+        """Move final counters (of exited processes, of retired executable graphs) out of
+        `stats` into our own totals; returns those moved (one whose executable graph's
+        event has not been read stays)."""
+        stats = self._bpf["stats"]
+        moved = []
+        for k in keys:
+            try:
+                n = _int(stats[k])  # final: nothing adds to it any more
+                rows = list(self._rows(int(k.tgid), int(k.fam), int(k.sub), int(k.id),
+                                       int(k.dev), int(k.slot), n))
+                del stats[k]
+            except (KeyError, _Pending):
+                continue
+            moved.append(k)
+            for key, m in rows:
+                self._retired.values[key] += m
+                totals[key] += m
+        return moved
+
+    def _fold_retired(self, final_stats: list[Any], retired: dict[int, set[int]],
+                      in_slots: dict[int, set[int]],
+                      totals: dict[tuple[int, CallKey, int], int]) -> None:
+        """The counters of retired executable graphs folded, so that updating one (a new
+        serial each time) does not fill `stats`; their serials forgotten, but for those a
+        launch counter of the process's shape value holds (never given up)."""
+        moved = {id(k) for k in self._fold_stats(final_stats, totals)}
+        left: dict[int, set[int | None]] = defaultdict(set)
+        for k in final_stats:
+            if id(k) not in moved:
+                left[int(k.tgid)].add(_serial(k.fam, k.sub, k.id))
+        for tgid, serials in retired.items():
+            self.graphs.forget_serials(tgid, serials - in_slots[tgid] - left[tgid])
 
     def _free_slot(self, tgid: int) -> list[tuple[tuple[int, CallKey, int], int]] | None:
         """The final rows of an exited process's shape value; its slot zeroed and given

@@ -561,17 +561,27 @@ static __always_inline void capture_ended(u32 tgid, struct frame *f, int rc) {
 }
 
 // Executable graph `exec` runs `graph`'s kernel nodes from now on: a new serial, which
-// its launches are counted by.
+// its launches are counted by; `graph` 0: the executable graph was destroyed. The serial
+// it had (an update, a handle used again, a destroy) is retired: no launch counts by it
+// any more.
 static __always_inline void exec_runs(u32 tgid, u64 exec, u64 graph) {
     struct gkey k = {};
     k.tgid = tgid;
     k.handle = exec;
-    u64 serial = next_serial();
-    if (execs.update(&k, &serial) != 0) {
-        drop(DROP_GRAPHS_FULL);
-        return;
+    u64 *had = execs.lookup(&k);
+    u64 old = had ? *had : 0;
+    if (graph) {
+        u64 serial = next_serial();
+        if (execs.update(&k, &serial) != 0) {
+            drop(DROP_GRAPHS_FULL);
+            return;
+        }
+        graph_event(tgid, EV_GRAPH_EXEC, 0, serial, graph);
+    } else if (old) {
+        execs.delete(&k);
     }
-    graph_event(tgid, EV_GRAPH_EXEC, 0, serial, graph);
+    if (old)
+        graph_event(tgid, EV_GRAPH_RETIRED, 0, old, 0);
 }
 
 // What a call that returned does, from its frame (a copy made on entry).
@@ -768,6 +778,14 @@ static __always_inline void finish(struct pt_regs *ctx, u32 tgid, struct frame *
     case OP_GRAPH_UPDATE:
         if (f->counted)
             exec_runs(tgid, f->a, f->b);
+        break;
+    case OP_GRAPH_DESTROY:  // (graph)
+        if (f->counted)
+            graph_event(tgid, EV_GRAPH_DESTROY, 0, f->a, 0);
+        break;
+    case OP_GRAPH_EXEC_DESTROY:  // (exec)
+        if (f->counted)
+            exec_runs(tgid, f->a, 0);
         break;
     }
 }
@@ -1052,6 +1070,8 @@ KEEP_ARGS(graph_add_child, OP_GRAPH_ADD_KERNEL)
 KEEP_ARGS(graph_clone, OP_GRAPH_CLONE)
 KEEP_ARGS(graph_instantiate, OP_GRAPH_INSTANTIATE)
 KEEP_ARGS(graph_exec_update, OP_GRAPH_UPDATE)
+KEEP_ARGS(graph_destroy, OP_GRAPH_DESTROY)
+KEEP_ARGS(graph_exec_destroy, OP_GRAPH_EXEC_DESTROY)
 
 // --- threads that exit: their place in `fast_threads` is free again ----------------
 // (raw tracepoint sched_process_exit, in the exiting thread: its state zeroed, then the

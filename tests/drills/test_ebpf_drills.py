@@ -1,7 +1,8 @@
 """eBPF drills with real uprobes on the fake CUDA libraries (tests/ebpf builds them):
 a traced process killed in the middle of its calls, 1,000 short-lived processes, and a
-process that launches more distinct kernels than the counter map holds, and one that
-builds more CUDA graphs than are kept. tests/ebpf
+process that launches more distinct kernels than the counter map holds, one that
+builds more CUDA graphs than are kept, and one that updates an executable graph more
+times than executable graphs are kept. tests/ebpf
 covers SIGTERM detaching every probe and the drop counters being exported; these are
 the rest of the issue's eBPF drills. Needs root, bcc and kernel headers, as CI has.
 """
@@ -16,6 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from gpu_exporter.ebpf import abi
+from gpu_exporter.ebpf.probes import _HOLD_READS
 from tests.ebpf.conftest import (
     Build,
     Workload,
@@ -29,6 +31,10 @@ from tests.helpers import Exporter, Series, exporter, find, parse
 SHORT_LIVED, LAUNCHES_EACH = 1000, 3
 FLOOD_KERNELS = 70_000  # distinct kernels in one process, past the 65,536-entry map
 GRAPH_FLOOD = abi.GRAPHS_MAX + 1000  # one-kernel graphs in one process, past the cap
+# Steps of the update loop (graphs --updates): updates and re-instantiations each past
+# the cap of executable graphs kept per process, in chunks small enough for the event
+# buffer.
+UPDATE_CHUNKS, UPDATE_STEPS = 18, 500
 
 
 @contextmanager
@@ -161,3 +167,46 @@ def test_graphs_past_the_caps_are_counted_unknown_never_lost(cuda_build: Build) 
     else:
         # Events lost to a full ring buffer make what was being built unknown too.
         assert got["k_d"] < abi.GRAPHS_MAX and kept > 0, (got, kept, lost)
+
+
+def test_an_executable_graph_updated_every_step_stays_named_and_bounded(cuda_build: Build
+                                                                         ) -> None:
+    """A serving loop's pattern: each step captures a graph, updates the executable graph
+    to it (a new serial each time) or destroys and instantiates it again, launches it and
+    destroys the graph. More steps of each kind than executable graphs are kept: the
+    retired serials are folded and forgotten, so every launch is counted under its
+    kernel's name, exactly, and nothing is dropped."""
+    loop = copy_program(cuda_build, "graphs", "update_loop")
+    with probed(cuda_build) as exp:
+        proc = subprocess.Popen([loop, "--updates", str(UPDATE_CHUNKS), str(UPDATE_STEPS)],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            assert proc.stdout.readline() == "ready\n"
+            wait_attached(exp, cuda_build.dir)
+
+            def by_name() -> dict[str, float]:
+                return {s.labels["cuda_kernel_name"]: s.value for s in find(
+                    _healthy(exp), "gpu_kernel_launch_calls_total", cuda_api="graph",
+                    process_executable_name="update_loop")}
+
+            for chunk in range(1, UPDATE_CHUNKS + 1):
+                proc.stdin.write("go\n")
+                proc.stdin.flush()
+                assert proc.stdout.readline() == "chunk\n"
+                half = chunk * UPDATE_STEPS // 2
+                wait_until(lambda h=half: by_name() == {"u_old": h, "u_new": h},
+                           f"chunk {chunk} counted by name")
+            assert proc.wait(timeout=10) == 0
+            # Folded once: the exited process's counters are read a few times more (as
+            # long as an exited process may be held back), none a second time.
+            for _ in range(_HOLD_READS + 2):
+                assert by_name() == {"u_old": half, "u_new": half}
+            series = _healthy(exp)
+        finally:
+            proc.kill()
+            proc.wait()
+    for reason in ("graph_nodes_full", "graph_map_full", "graph_event_buffer_full",
+                   "stats_map_full"):
+        assert dropped(series, reason) == 0, reason

@@ -86,6 +86,35 @@ def test_an_update_is_a_new_serial_and_the_old_one_keeps_its_kernels() -> None:
     assert g.kernels(TGID, 4) == Counter({(RT, 0xB): 1})
 
 
+def test_retired_serials_are_listed_until_forgotten() -> None:
+    g = Graphs()
+    capture(g, 1, 0x100, [0xA])
+    for serial in (2, 3):
+        g.on_event(ev(abi.EV_GRAPH_EXEC, serial, 0x100))
+    g.on_event(ev(abi.EV_GRAPH_RETIRED, 2))
+    g.on_event(ev(abi.EV_GRAPH_RETIRED, 3))
+    assert g.retired() == {TGID: {2, 3}}
+    g.forget_serials(TGID, {2})
+    assert g.retired() == {TGID: {3}}
+    assert g.kernels(TGID, 3) == Counter({(RT, 0xA): 1})  # not forgotten yet
+    assert g.kernels(TGID, 2) == PENDING  # as a serial never seen: no counter is left
+
+
+def test_a_destroyed_graph_frees_its_nodes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(abi, "GRAPH_NODES_MAX", 3)
+    monkeypatch.setattr(abi, "GRAPHS_MAX", 2)
+    g = Graphs()
+    for graph in range(0x100, 0x110):  # 16 graphs of 2 nodes, one at a time
+        capture(g, graph, graph, [0xA, 0xB])
+        g.on_event(ev(abi.EV_GRAPH_EXEC, graph, graph))
+        g.on_event(ev(abi.EV_GRAPH_DESTROY, graph))
+        g.on_event(ev(abi.EV_GRAPH_RETIRED, graph))
+        g.forget_serials(TGID, {graph})
+    assert g.dropped == 0
+    g.on_event(ev(abi.EV_GRAPH_EXEC, 0x200, 0x10F))  # of a destroyed graph: not known
+    assert g.kernels(TGID, 0x200) is None
+
+
 def test_a_graph_not_seen_made_or_without_kernels_is_unknown() -> None:
     g = Graphs()
     g.on_event(ev(abi.EV_GRAPH_NODE, 0xA, 0x200))  # a graph created before we looked

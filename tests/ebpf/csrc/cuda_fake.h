@@ -178,6 +178,8 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t *pGraphExec, cudaGraph_t graph,
                                  unsigned long long flags);
 cudaError_t cudaGraphExecUpdate(cudaGraphExec_t hGraphExec, cudaGraph_t hGraph,
                                 cudaGraphExecUpdateResultInfo *resultInfo);
+cudaError_t cudaGraphDestroy(cudaGraph_t graph);
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t graphExec);
 
 typedef int CUresult;
 typedef struct CUfunc_st *CUfunction;
@@ -266,6 +268,8 @@ CUresult cuGraphExecUpdate(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphNode *
                            int *updateResult_out);
 CUresult cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph,
                               CUgraphExecUpdateResultInfo *resultInfo);
+CUresult cuGraphDestroy(CUgraph hGraph);
+CUresult cuGraphExecDestroy(CUgraphExec hGraphExec);
 CUresult cuModuleLoad(CUmodule *module, const char *fname);
 CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name);
 CUresult cuLibraryLoadFromFile(CUlibrary *library, const char *fileName, void *a, void *b,

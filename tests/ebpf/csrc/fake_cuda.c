@@ -444,3 +444,17 @@ CUresult cuGraphExecUpdate_v2(CUgraphExec e, CUgraph g, CUgraphExecUpdateResultI
   info->errorNode = info->errorFromNode = NULL;
   return exec_update(e, g, &info->result);
 }
+/* Destroyed handles are not freed: no later graph gets one again, so that what is kept
+ * of a destroyed one is seen to be let go, not replaced. */
+CUresult cuGraphDestroy(CUgraph g) {
+  FAIL_IF("cuGraphDestroy");
+  if (!g) return CUDA_ERROR_INVALID_VALUE;
+  g->kernels = -1;
+  return 0;
+}
+CUresult cuGraphExecDestroy(CUgraphExec e) {
+  FAIL_IF("cuGraphExecDestroy");
+  if (!e) return CUDA_ERROR_INVALID_VALUE;
+  e->kernels = -1;
+  return 0;
+}

@@ -272,6 +272,10 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t g,
   FAIL_IF("cudaGraphInstantiate");
   return cuGraphInstantiateWithFlags((CUgraphExec *)exec, (CUgraph)g, flags);
 }
+cudaError_t cudaGraphDestroy(cudaGraph_t g) {
+  FAIL_IF("cudaGraphDestroy"); return cuGraphDestroy((CUgraph)g); }
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t e) {
+  FAIL_IF("cudaGraphExecDestroy"); return cuGraphExecDestroy((CUgraphExec)e); }
 cudaError_t cudaGraphExecUpdate(cudaGraphExec_t e, cudaGraph_t g,
                                 cudaGraphExecUpdateResultInfo *info) {
   FAIL_IF("cudaGraphExecUpdate");

@@ -8,7 +8,12 @@
  * caps of tests/drills/test_ebpf_drills.py).
  * With --follow (after --wait, if any): graphs cloned, executable graphs updated, child
  * graphs, cudaGraphAddNode_v2 (follow(), with its own kernels). Run with
- * FAKE_CUDA_FAIL=cudaGraphClone=2x1: the first clone fails. */
+ * FAKE_CUDA_FAIL=cudaGraphClone=2x1: the first clone fails.
+ * With --updates CHUNKS STEPS: a serving loop's pattern (llama.cpp's): each step captures
+ * a graph and destroys it after use: on odd steps (u_new) one executable graph is updated
+ * to it and launched once, on even steps (u_old) the executable graph is destroyed and
+ * instantiated again instead, then launched once. CHUNKS times STEPS steps, each chunk
+ * after a line on stdin ("ready" first, "chunk" after each). */
 #include "cuda_fake.h"
 #include "module_function.h"
 #define FN(name) module_function("graphs.cubin", name)
@@ -197,9 +202,41 @@ static int follow(void) {
   return 0;
 }
 
+static int updates(long chunks, long steps) {
+  char line[16];
+  cudaGraphExec_t x = NULL;
+  cudaGraphExecUpdateResultInfo info;
+  printf("ready\n");
+  fflush(stdout);
+  for (long step = 0; step < chunks * steps; step++) {
+    if (step % steps == 0 && !fgets(line, sizeof line, stdin)) return 3;
+    cudaGraph_t g;
+    check(cudaStreamBeginCapture(S1, cudaStreamCaptureModeGlobal), "begin");
+    launch(step % 2 ? u_new : u_old, S1, 1);
+    check(cudaStreamEndCapture(S1, &g), "end");
+    if (x && step % 2 == 0) {
+      check(cudaGraphExecDestroy(x), "exec destroy");
+      x = NULL;
+    }
+    if (x)
+      check(cudaGraphExecUpdate(x, g, &info), "update");
+    else
+      check(cudaGraphInstantiate(&x, g, 0), "instantiate");
+    check(cudaGraphLaunch(x, S1), "launch");
+    check(cudaGraphDestroy(g), "destroy");
+    if (step % steps == steps - 1) {
+      printf("chunk\n");
+      fflush(stdout);
+    }
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   char line[16];
   if (argc > 2 && strcmp(argv[1], "--flood") == 0) return flood(atol(argv[2]));
+  if (argc > 3 && strcmp(argv[1], "--updates") == 0)
+    return updates(atol(argv[2]), atol(argv[3]));
   if (strcmp(argv[argc - 1], "--wait") == 0) {
     printf("ready\n");
     fflush(stdout);
