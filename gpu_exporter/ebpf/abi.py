@@ -257,6 +257,9 @@ GRAPH_ADD_CHILD: Final = 2
 # cudaGraphAddNode_v2 / cuGraphAddNode_v2 (CUDA 12.3) take the edge data before
 # numDependencies: the parameters are the 6th argument (a probe's `pos`), not the 5th.
 GRAPH_ADD_NODE_V2_PARAMS_ARG: Final = 6
+# vm.mmap_min_addr's usual value: no user address below it is mapped, so an argument
+# below it is a count, not a pointer (cudaGraphAddNode of CUDA 13: see program.c).
+USER_ADDR_MIN: Final = 65536
 
 
 def defines() -> list[str]:

@@ -1048,7 +1048,13 @@ static __always_inline void keep_args(struct pt_regs *ctx, struct frame *f,
     // offset, which a choice between the two reads compiles to.
     u64 fifth = PT_REGS_PARM5(ctx), sixth = PT_REGS_PARM6(ctx);
     asm volatile("" : "+r"(sixth));
-    f->d = COOKIE_POS(f->cookie) == GRAPH_ADD_NODE_V2_PARAMS_ARG ? sixth : fifth;
+    // cudaGraphAddNode of CUDA 13's runtime takes cudaGraphAddNode_v2's arguments: its
+    // fifth is then the dependency count, never the parameters' address (nothing is
+    // mapped below USER_ADDR_MIN), and the parameters are the sixth.
+    int v2 = COOKIE_POS(f->cookie) == GRAPH_ADD_NODE_V2_PARAMS_ARG ||
+             (f->op == OP_GRAPH_ADD_KERNEL && COOKIE_ARG(f->cookie) == GRAPH_ADD_NODE_PARAMS &&
+              fifth < USER_ADDR_MIN);
+    f->d = v2 ? sixth : fifth;
 }
 #define KEEP_ARGS(name, op) ENTRY_FILLED(name, op, 1, PROBE_COOKIE, keep_args)
 KEEP_ARGS(rt_get_kernel, OP_GET_KERNEL)

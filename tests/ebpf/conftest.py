@@ -54,6 +54,11 @@ def build_into(out: Path) -> Build:
          rpath, "-pthread"],
         [gcc, "-O0", "-o", "graphs", str(CSRC / "graphs.c"), "-L.", "-lcudart", "-lcuda",
          rpath],
+        # CUDA 13's runtime, whose cudaGraphAddNode takes the edge data before the count.
+        [gcc, "-O0", "-DFAKE_CUDART_13", "-shared", "-fPIC", "-o", "libcudart.so.13",
+         str(CSRC / "fake_cudart.c"), "-Wl,-soname,libcudart.so.13", "-L.", "-lcuda", rpath],
+        [gcc, "-O0", "-DFAKE_CUDART_13", "-Wall", "-Werror", "-o", "graphs13",
+         str(CSRC / "graphs13.c"), "-L.", "-l:libcudart.so.13", "-lcuda", rpath],
         [gcc, "-O0", "-o", "offsets", str(CSRC / "offsets.c")],
         [gcc, "-O0", "-Wall", "-Werror", "-o", "copies", str(CSRC / "copies.c"), "-L.",
          "-lcudart", "-lcuda", rpath],

@@ -1,7 +1,8 @@
 """CUDA graphs by kernel: the real exporter, real uprobes, the fake CUDA libraries
 capturing streams, adding nodes, instantiating and launching graphs (csrc/graphs.c,
 whose counts these are); cloning graphs, updating executable graphs, child graphs and
-cudaGraphAddNode_v2 in a second process (graphs --follow)."""
+cudaGraphAddNode_v2 in a second process (graphs --follow); CUDA 13's cudaGraphAddNode in
+a third (graphs13, on the fake runtime built as libcudart.so.13)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.ebpf.conftest import Build, Workload, only_ebpf_args, wait_attached, wait_until
+from tests.ebpf.conftest import (
+    Build,
+    Workload,
+    attached,
+    only_ebpf_args,
+    wait_attached,
+    wait_until,
+)
 from tests.helpers import Series, exporter, find, parse, promtool_check_metrics
 
 # Launches of each executable graph times the kernel nodes it has (csrc/graphs.c).
@@ -29,6 +37,12 @@ ADDED_V2 = {k: 3 for k in ("v_a", "v_drv", "v_ch", "v_ch2")}
 LAST = {"f_last": 1}  # the last graph launched
 FOLLOWED = {**CLONED, **UPDATED, **CHILDREN, **ADDED_V2, **LAST}
 FOLLOW_FAIL = "cudaGraphClone=2x1"  # cudaErrorMemoryAllocation, the first call
+# graphs13: two kernel nodes and a child graph added by CUDA 13's cudaGraphAddNode (the
+# count in 5th place, the parameters in 6th), launched 3 times; then the last graph once.
+ADDED_13 = {"n13_a": 3, "n13_b": 3, "n13_ch": 3, "n13_last": 1}
+
+
+Scraped = tuple[list[Series], list[Series], list[Series]]  # graphs, --follow, graphs13
 
 
 def graph_launches(series: list[Series]) -> dict[tuple[str, str], float]:
@@ -37,24 +51,29 @@ def graph_launches(series: list[Series]) -> dict[tuple[str, str], float]:
 
 
 @pytest.fixture(scope="module")
-def scraped(cuda_build: Build) -> Iterator[tuple[list[Series], list[Series]]]:
-    """The series of `graphs` and of `graphs --follow`, from one exporter."""
+def scraped(cuda_build: Build) -> Iterator[Scraped]:
+    """The series of `graphs`, of `graphs --follow` and of `graphs13`, from one exporter."""
     args = [*only_ebpf_args(), "--collector.ebpf", "--ebpf.rescan-interval=0.2",
             "--ebpf.pid-label"]
     with exporter(args) as exp:
         w = Workload([cuda_build.path("graphs")],
                      {"FAKE_CUDA_FAIL": "cuStreamEndCapture=901x1"})
         f = Workload([cuda_build.path("graphs"), "--follow"], {"FAKE_CUDA_FAIL": FOLLOW_FAIL})
+        c13 = Workload([cuda_build.path("graphs13")])
         wait_attached(exp, cuda_build.dir)
+        wait_until(lambda: f"{cuda_build.dir}/libcudart.so.13" in attached(exp),
+                   "probes on libcudart.so.13")
         w.go()
         f.go()
-        pids = str(w.proc.pid), str(f.proc.pid)
+        c13.go()
+        pids = str(w.proc.pid), str(f.proc.pid), str(c13.proc.pid)
 
         def done() -> bool:
             series = parse(exp.scrape())
             return all(graph_launches(find(series, "gpu_kernel_launch_calls_total",
                                            process_pid=pid)).get(("graph", k)) == n
-                       for pid, k, n in ((pids[0], "k_f", 1), (pids[1], "f_last", 1)))
+                       for pid, k, n in ((pids[0], "k_f", 1), (pids[1], "f_last", 1),
+                                         (pids[2], "n13_last", 1)))
 
         wait_until(done, "graph launches counted")
         text = exp.scrape()
@@ -64,17 +83,22 @@ def scraped(cuda_build: Build) -> Iterator[tuple[list[Series], list[Series]]]:
     def of(pid: str) -> list[Series]:
         return [x for x in series if x.labels.get("process_pid") in (pid, None)]
 
-    yield of(pids[0]), of(pids[1])
+    yield of(pids[0]), of(pids[1]), of(pids[2])
 
 
 @pytest.fixture(scope="module")
-def series(scraped: tuple[list[Series], list[Series]]) -> list[Series]:
+def series(scraped: Scraped) -> list[Series]:
     return scraped[0]
 
 
 @pytest.fixture(scope="module")
-def followed(scraped: tuple[list[Series], list[Series]]) -> list[Series]:
+def followed(scraped: Scraped) -> list[Series]:
     return scraped[1]
+
+
+@pytest.fixture(scope="module")
+def cuda13(scraped: Scraped) -> list[Series]:
+    return scraped[2]
 
 
 def test_each_graph_launch_counts_each_kernel_node_under_its_name(series: list[Series]
@@ -124,6 +148,11 @@ def test_a_child_graph_adds_the_kernels_it_had_when_added(followed: list[Series]
 
 def test_nodes_added_by_add_node_v2_are_followed(followed: list[Series]) -> None:
     assert _launched(followed, ADDED_V2) == ADDED_V2
+
+
+def test_nodes_added_by_cuda_13s_add_node_are_followed(cuda13: list[Series]) -> None:
+    """Every kernel node known by name: none read from the 5th argument (the count)."""
+    assert graph_launches(cuda13) == {("graph", k): n for k, n in ADDED_13.items()}
 
 
 def test_every_followed_graph_launch_is_named(followed: list[Series]) -> None:

@@ -162,9 +162,17 @@ cudaError_t cudaGraphCreate(cudaGraph_t *pGraph, unsigned int flags);
 cudaError_t cudaGraphAddKernelNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
                                    const cudaGraphNode_t *pDependencies, size_t numDependencies,
                                    const cudaKernelNodeParams *pNodeParams);
+#ifdef FAKE_CUDART_13
+/* CUDA 13's runtime (libcudart.so.13): cudaGraphAddNode takes cudaGraphAddNode_v2's
+ * arguments. */
+cudaError_t cudaGraphAddNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
+                             const cudaGraphNode_t *pDependencies, const void *dependencyData,
+                             size_t numDependencies, cudaGraphNodeParams *nodeParams);
+#else
 cudaError_t cudaGraphAddNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
                              const cudaGraphNode_t *pDependencies, size_t numDependencies,
                              cudaGraphNodeParams *nodeParams);
+#endif
 /* CUDA 12.3: the edge data (const cudaGraphEdgeData *) before numDependencies. */
 cudaError_t cudaGraphAddNode_v2(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
                                 const cudaGraphNode_t *pDependencies,

@@ -253,11 +253,20 @@ static cudaError_t add_node(cudaGraphNode_t *node, cudaGraph_t g, const cudaGrap
   *node = malloc(8); /* another kind of node: added, and nothing to launch */
   return 0;
 }
+#ifdef FAKE_CUDART_13
+cudaError_t cudaGraphAddNode(cudaGraphNode_t *node, cudaGraph_t g, const cudaGraphNode_t *deps,
+                             const void *edges, size_t n, cudaGraphNodeParams *p) {
+  FAIL_IF("cudaGraphAddNode");
+  (void)edges;
+  return add_node(node, g, deps, n, p);
+}
+#else
 cudaError_t cudaGraphAddNode(cudaGraphNode_t *node, cudaGraph_t g, const cudaGraphNode_t *deps,
                              size_t n, cudaGraphNodeParams *p) {
   FAIL_IF("cudaGraphAddNode");
   return add_node(node, g, deps, n, p);
 }
+#endif
 cudaError_t cudaGraphAddNode_v2(cudaGraphNode_t *node, cudaGraph_t g,
                                 const cudaGraphNode_t *deps, const void *edges, size_t n,
                                 cudaGraphNodeParams *p) {
