@@ -405,8 +405,7 @@ class Engine:
                 points.append(attach.Point(offset, probe.program, False, cookie))
                 points.append(attach.Point(offset, abi.return_program(probe), True, cookie))
         except ElfError as exc:
-            log.warning("cannot read symbols of %s (pid %d): %s", cand.path, cand.pid, exc)
-            self._failed.add(cand.file)
+            self._attach_failed(cand, "cannot read symbols of", exc)
             return
         if not points:
             self._failed.add(cand.file)
@@ -414,12 +413,23 @@ class Engine:
         try:
             attachment = self._mech.attach(cand.open_path, points)
         except attach.AttachError as exc:
-            log.warning("cannot attach probes to %s (pid %d): %s", cand.path, cand.pid, exc)
-            self._failed.add(cand.file)
+            self._attach_failed(cand, "cannot attach probes to", exc)
             return
         with self._files_lock:
             self._files[cand.file] = _File(cand.file, cand.path, attachment)
         log.info("attached %d probes to %s (pid %d)", attachment.probes, cand.path, cand.pid)
+
+    def _attach_failed(self, cand: Candidate, what: str, exc: Exception) -> None:
+        """A file that cannot be probed is not tried again (said once). But when the path
+        it was opened by is gone (the process whose /proc/<pid>/map_files link it was
+        exited meanwhile: a short-lived program), the next scan tries again through
+        another process that maps it."""
+        if not os.path.exists(cand.open_path):
+            log.debug("%s %s: pid %d exited meanwhile (%s); tried again at the next scan",
+                      what, cand.path, cand.pid, exc)
+            return
+        log.warning("%s %s (pid %d): %s", what, cand.path, cand.pid, exc)
+        self._failed.add(cand.file)
 
     def _detach_unmapped(self, mapped: set[FileId]) -> None:
         gone: list[_File] = []

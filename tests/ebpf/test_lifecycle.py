@@ -250,3 +250,39 @@ def test_a_slot_given_back_by_an_exited_process_counts_the_next_one_from_zero(
         assert value(series, "gpu_kernel_block_size_sum", process_pid=pid) == 128 * (n + 2)
         assert sum(x.value for x in find(series, "gpu_kernel_launch_calls_total",
                                          process_pid=pid)) == n + 2
+
+
+def test_a_file_whose_mapper_exits_during_the_attach_is_tried_again(cuda_build: Build,
+                                                                     tmp_path: Path) -> None:
+    """A file is opened through its mapping process's /proc/<pid>/map_files link. When
+    that process exits between the scan and the attach (a short-lived program), the
+    attach fails, and the file is not given up: the next scan attaches it through the
+    next process that maps it, and that process is counted."""
+    import os
+
+    import bcc
+
+    from gpu_exporter.ebpf.discovery import Candidate
+    from gpu_exporter.ebpf.probes import Engine
+
+    d = fresh_copy(cuda_build, tmp_path / "img", programs=("driver_only",))
+    lib = str(d / "libcuda.so.1")
+    st = os.stat(lib)
+    file = (f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}", st.st_ino)
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    engine = Engine("/proc", names_max=16, pid_label=True, rescan_interval=3600)
+    engine.start(bcc)
+    try:
+        # What the scan found, opened after its process exited.
+        engine._attach_new([Candidate(file, gone.pid, lib,
+                                      f"/proc/{gone.pid}/map_files/7f0000000000-7f0000001000")])
+        assert lib not in engine.read().attached_libraries
+        w = Workload([str(d / "driver_only"), "driver", "3"])
+        engine.rescan()
+        assert lib in engine.read().attached_libraries
+        w.go()
+        launches = [x for x in engine.read().launches if x.pid == w.proc.pid]
+        assert sum(x.count for x in launches) == 3 + 2
+    finally:
+        engine.close()
