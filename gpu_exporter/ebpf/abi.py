@@ -85,6 +85,7 @@ DEV_ORDINAL_MAX: Final = 0xFD  # ordinals above are kept as unknown
 CONTEXTS_MAX: Final = 4096  # CUDA contexts whose device is known (per process and handle)
 CTX_STACK: Final = 4  # pushed contexts remembered per thread
 CTX_DEV_PARAM_RETAIN: Final = 2  # cuDevicePrimaryCtxRetain's device: the 2nd parameter
+CTX_DEV_PARAM_V4: Final = 4  # cuCtxCreate_v4's (CUDA 12.5; CUDA 13's cuCtxCreate): the 4th
 
 OP_LAUNCH: Final = 1
 OP_COPY: Final = 2
@@ -411,6 +412,7 @@ DRIVER_PROBES: Final[tuple[Probe, ...]] = (
     *_drv("cuDevicePrimaryCtxRetain", "ctx_made", CTX_DEV_PARAM_RETAIN),
     *_drv("cuCtxCreate_v2", "ctx_made", 3),
     *_drv("cuCtxCreate_v3", "ctx_made", 5),
+    Probe("cuCtxCreate_v4", "ctx_made", CTX_DEV_PARAM_V4, True, since="12.5"),
     *_drv("cuDeviceGetUuid", "device_uuid", 0, "_v2"),
     *_drv("cuDeviceGetPCIBusId", "device_pci"),
     *_drv("cuStreamBeginCapture", "capture_begin", 0, PTSZ),

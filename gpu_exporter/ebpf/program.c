@@ -679,13 +679,15 @@ static __always_inline void finish(struct pt_regs *ctx, u32 tgid, struct frame *
     // cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev),
     // cuCtxCreate_v2(CUcontext *pctx, unsigned flags, CUdevice dev),
     // cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *p, int n, unsigned flags,
-    //                CUdevice dev): the cookie's arg is the device's parameter position.
+    //                CUdevice dev),
+    // cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *p, unsigned flags, CUdevice dev):
+    // the cookie's arg is the device's parameter position (the 4th or 5th kept in f->d).
     case OP_CTX_MADE: {
         struct ctxkey k = {};
         k.tgid = tgid;
         k.ctx = read_u64(f->a);
         u32 at = COOKIE_ARG(f->cookie);
-        u32 ordinal = (at == 5 ? f->d : at == 3 ? f->c : f->b) & 0xffffffff;
+        u32 ordinal = (at >= CTX_DEV_PARAM_V4 ? f->d : at == 3 ? f->c : f->b) & 0xffffffff;
         if (contexts.update(&k, &ordinal) != 0)
             drop(DROP_STATS_FULL);
         if (at != CTX_DEV_PARAM_RETAIN) {  // cuCtxCreate: made current
@@ -1036,7 +1038,8 @@ ENTRY(sync, OP_SYNC, PROBE_COOKIE) {
 }
 
 // --- names and the thread's device: calls whose arguments are read on return ------
-// The first three and the fifth argument are kept, inside a runtime call too (`names`);
+// The first three and the fifth (or fourth, or sixth) argument are kept, inside a
+// runtime call too (`names`);
 // finish() reads what each call has. cudaGraphAddNode_v2's parameters are its sixth
 // (its probe's COOKIE_POS): kept in place of the fifth.
 static __always_inline void keep_args(struct pt_regs *ctx, struct frame *f,
@@ -1046,15 +1049,17 @@ static __always_inline void keep_args(struct pt_regs *ctx, struct frame *f,
     f->c = PT_REGS_PARM3(ctx);
     // Both read, then one chosen: the verifier allows no context access at a computed
     // offset, which a choice between the two reads compiles to.
-    u64 fifth = PT_REGS_PARM5(ctx), sixth = PT_REGS_PARM6(ctx);
-    asm volatile("" : "+r"(sixth));
+    u64 fourth = PT_REGS_PARM4(ctx), fifth = PT_REGS_PARM5(ctx), sixth = PT_REGS_PARM6(ctx);
+    asm volatile("" : "+r"(fourth), "+r"(sixth));
     // cudaGraphAddNode of CUDA 13's runtime takes cudaGraphAddNode_v2's arguments: its
     // fifth is then the dependency count, never the parameters' address (nothing is
     // mapped below USER_ADDR_MIN), and the parameters are the sixth.
     int v2 = COOKIE_POS(f->cookie) == GRAPH_ADD_NODE_V2_PARAMS_ARG ||
              (f->op == OP_GRAPH_ADD_KERNEL && COOKIE_ARG(f->cookie) == GRAPH_ADD_NODE_PARAMS &&
               fifth < USER_ADDR_MIN);
-    f->d = v2 ? sixth : fifth;
+    // cuCtxCreate_v4: the device is the 4th.
+    int dev4 = f->op == OP_CTX_MADE && COOKIE_ARG(f->cookie) == CTX_DEV_PARAM_V4;
+    f->d = v2 ? sixth : dev4 ? fourth : fifth;
 }
 #define KEEP_ARGS(name, op) ENTRY_FILLED(name, op, 1, PROBE_COOKIE, keep_args)
 KEEP_ARGS(rt_get_kernel, OP_GET_KERNEL)

@@ -124,6 +124,8 @@ def test_a_multi_gpu_process_is_attributed_by_what_it_was_told_its_ordinals_are(
         ("kern_b", "runtime", *on1): 4,  # cudaSetDevice(1); a failed cudaSetDevice(5)
         ("drv_b", "driver", *on1): 5,  # primary context of 1 made current, pushed over, popped
         ("drv_a", "driver", *on0): 5,  # primary context of 0 pushed
+        ("drv_v2", "driver", *on1): 2,  # cuCtxCreate_v2 on 1
+        ("drv_v4", "driver", *on0): 3,  # cuCtxCreate_v4 (CUDA 13's cuCtxCreate) on 0
         ("drv_c", "driver", None, None): 2,  # no context, or one no probe saw made
     }
     assert run.device_of("gpu_memory_allocations_bytes_count", "multi") == on1

@@ -218,6 +218,10 @@ CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev);
 CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev);
 CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev);
 CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
+/* CUDA 12.5 (CUDA 13's cuCtxCreate): the parameters struct, flags, then the device. */
+typedef struct CUctxCreateParams_st CUctxCreateParams;
+CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *params, unsigned int flags,
+                        CUdevice dev);
 CUresult cuCtxSetCurrent(CUcontext ctx);
 CUresult cuCtxPushCurrent_v2(CUcontext ctx);
 CUresult cuCtxPopCurrent_v2(CUcontext *pctx);

@@ -48,6 +48,16 @@ static void *contexts(void *unused) {
   return NULL;
 }
 
+static void *created(void *unused) {
+  (void)unused;
+  CUcontext c;
+  cuCtxCreate_v2(&c, 0, 1);
+  drv_launch(FN("drv_v2"), 2); /* a context made on ordinal 1, current */
+  cuCtxCreate_v4(&c, NULL, 0, 0);
+  drv_launch(FN("drv_v4"), 3); /* CUDA 13's cuCtxCreate: one made on ordinal 0 */
+  return NULL;
+}
+
 static void *no_context(void *unused) {
   (void)unused;
   drv_launch(FN("drv_c"), 1); /* no context made current: unknown */
@@ -87,6 +97,7 @@ static void multi(int ask) {
   cudaSetDevice(0);
   cudaMemcpy(dev, host, 100, cudaMemcpyHostToDevice);
   run_thread(contexts);
+  run_thread(created);
   run_thread(no_context);
 }
 

@@ -235,6 +235,12 @@ CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev) {
   ctx_stack[ctx_depth++] = *pctx;
   return 0;
 }
+CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *params, unsigned int flags,
+                        CUdevice dev) {
+  FAIL_IF("cuCtxCreate_v4");
+  (void)params;
+  return cuCtxCreate_v2(pctx, flags, dev);
+}
 CUresult cuCtxSetCurrent(CUcontext ctx) {
   FAIL_IF("cuCtxSetCurrent");
   if (ctx_depth == 0) ctx_depth = 1;
