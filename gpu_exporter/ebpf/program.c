@@ -124,7 +124,6 @@ BPF_ARRAY(slots_used, u64, 1);  // slots ever given out, free or not
 // thread's exit frees its index (on_thread_exit), as task-local storage is freed.
 BPF_ARRAY(fast_threads, struct tstate, FAST_THREADS);
 BPF_TASK_STORAGE(threads, struct tstate);
-BPF_PERCPU_ARRAY(key_scratch, u64, 1);
 BPF_HASH(pending, u32, struct pend, PROCS_MAX);
 BPF_ARRAY(drops, u64, DROP_REASONS);
 BPF_RINGBUF_OUTPUT(events, RINGBUF_PAGES);
@@ -432,14 +431,14 @@ static __always_inline void synced(struct tstate *t, u32 tgid, u32 call, u64 str
 
 // --- frames ----------------------------------------------------------------------------
 // The thread's key: the address of its saved user registers (a probe's context), made a
-// number by a store and a load (the verifier allows no arithmetic on a pointer).
+// number by adding it atomically into a zeroed slot of this program's own stack (the
+// verifier allows no arithmetic on a pointer, and keeps a pointer stored plainly a
+// pointer). Not a per-CPU slot: a program preempted between its store and its load
+// (preemptible kernels) would read another thread's key.
 static __always_inline u64 regs_key(void *regs) {
-    u32 zero = 0;
-    u64 *k = key_scratch.lookup(&zero);
-    if (!k)
-        return 0;
-    *(volatile u64 *)k = (u64)regs;
-    return *(volatile u64 *)k;
+    u64 key = 0;
+    __sync_fetch_and_add(&key, (u64)regs);
+    return key;
 }
 
 static __always_inline u32 fast_index(u64 key) {

@@ -22,7 +22,6 @@ PRELUDE = r"""
 struct st { u64 a, b, key; };
 BPF_TASK_STORAGE(ts, struct st);
 BPF_ARRAY(table, struct st, 4096);
-BPF_PERCPU_ARRAY(scratch, u64, 1);
 BPF_ARRAY(hits, u64, 2);  // [0] entries, [1] returns that found their state
 static __always_inline struct st *one(void) { u32 z = 0; return table.lookup(&z); }
 static __always_inline void hit(u32 side) {
@@ -30,13 +29,10 @@ static __always_inline void hit(u32 side) {
     if (n)
         __sync_fetch_and_add(n, 1);
 }
-static __always_inline u64 regs_key(void *regs) {
-    u32 z = 0;
-    u64 *k = scratch.lookup(&z);
-    if (!k)
-        return 0;
-    *(volatile u64 *)k = (u64)regs;
-    return *(volatile u64 *)k;
+static __always_inline u64 regs_key(void *regs) {  // as gpu_exporter/ebpf/program.c's
+    u64 key = 0;
+    __sync_fetch_and_add(&key, (u64)regs);
+    return key;
 }
 static __always_inline struct st *by_key(void *ctx) {
     u64 key = regs_key(ctx);

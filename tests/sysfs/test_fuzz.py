@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from gpu_exporter.collectors.amd import AmdCollector
@@ -38,9 +38,10 @@ contents = st.one_of(
 
 
 def oracle(raw: bytes, maximum: int) -> int | None:
-    """What a careful person reads from the file: the text before the first NUL, white
-    space stripped, plain ASCII digits, within range."""
-    text = raw.split(b"\0", 1)[0].decode("utf-8", "replace").strip()
+    """What a careful person reads from the file: the text before the first NUL, ASCII
+    white space stripped (what the kernel pads with: not the other control characters
+    that str.strip() also takes, such as 0x1c), plain ASCII digits, within range."""
+    text = raw.split(b"\0", 1)[0].strip().decode("utf-8", "replace")
     if not re.fullmatch(r"[0-9]+", text):
         return None
     n = int(text)
@@ -114,6 +115,7 @@ def _energy_oracle(blob: bytes) -> float | None:
 
 @settings(max_examples=40, deadline=None)
 @given(energy=contents, freq=contents, limit=contents)
+@example(energy=b"\x1c0", freq=b"\x1c0", limit=b"\x1c1")  # a control byte, not white space
 def test_intel_collect_never_raises_never_lies(tree: FakeSysfs, energy: bytes, freq: bytes,
                                                limit: bytes) -> None:
     dev = tree.cards[INTEL].device
