@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -132,6 +133,21 @@ class Workload:
         out, err = self.proc.communicate("go\n", timeout=timeout)
         assert self.proc.returncode == 0, f"{self.argv} exited {self.proc.returncode}: {err}"
         assert out.strip().endswith("done"), out
+
+
+def probe_points(lib: str, symbol: str) -> list[Any]:
+    """The collector's entry and return probes of `symbol` in `lib`, as it attaches them
+    (attach.Point, with the probe's cookie)."""
+    from gpu_exporter.ebpf import abi, attach
+    from gpu_exporter.ebpf.elf import ElfFile
+
+    elf = ElfFile.open(lib)
+    offset = elf.offset_of_vaddr(elf.functions([symbol])[symbol])
+    assert offset is not None
+    probe = abi.BY_SYMBOL[symbol]
+    cookie = abi.cookie(abi.INDEX[symbol])
+    return [attach.Point(offset, probe.program, False, cookie),
+            attach.Point(offset, abi.return_program(probe), True, cookie)]
 
 
 def wait_until(cond: Callable[[], bool], what: str, timeout: float = 20) -> None:

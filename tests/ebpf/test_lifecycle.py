@@ -23,6 +23,7 @@ from tests.ebpf.conftest import (
     fresh_copy,
     only_ebpf_args,
     probe_address,
+    probe_points,
     wait_until,
 )
 from tests.helpers import EXPORTER, exporter, find, parse, run_cli, value
@@ -189,7 +190,6 @@ def test_both_attach_mechanisms_place_count_and_remove_probes(cuda_build: Build,
     import bcc
 
     from gpu_exporter.ebpf import abi, attach
-    from gpu_exporter.ebpf.elf import ElfFile
     from gpu_exporter.ebpf.probes import load_bpf, uprobe_programs
 
     assert attach.uprobe_multi_supported() is None
@@ -200,13 +200,7 @@ def test_both_attach_mechanisms_place_count_and_remove_probes(cuda_build: Build,
         try:
             mech = attach.mechanism(name, bpf, bcc)
             mech.load(uprobe_programs())
-            elf = ElfFile.open(lib)
-            offset = elf.offset_of_vaddr(elf.functions(["cudaLaunchKernel"])["cudaLaunchKernel"])
-            assert offset is not None
-            probe = abi.BY_SYMBOL["cudaLaunchKernel"]
-            cookie = abi.cookie(abi.INDEX["cudaLaunchKernel"])
-            points = [attach.Point(offset, probe.program, False, cookie),
-                      attach.Point(offset, abi.return_program(probe), True, cookie)]
+            points = probe_points(lib, "cudaLaunchKernel")
             w = Workload([str(d / "workload"), "threads", "1", "7"])
             at = probe_address(w.proc.pid, lib, "cudaLaunchKernel")
             a = mech.attach(lib, points)

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from tests.ebpf.conftest import Build, Workload, fresh_copy
+from tests.ebpf.conftest import Build, Workload, fresh_copy, probe_points
 
 THREADS, PER_THREAD = 4, 50
 TWO_PLACES = ("-UFAST_THREADS_BITS", "-DFAST_THREADS_BITS=1", "-UFAST_THREADS",
@@ -35,8 +35,7 @@ def test_threads_beyond_the_table_counted_exactly_and_exits_free_their_places(
         cuda_build: Build, tmp_path: Path) -> None:
     import bcc
 
-    from gpu_exporter.ebpf import abi, attach
-    from gpu_exporter.ebpf.elf import ElfFile
+    from gpu_exporter.ebpf import attach
     from gpu_exporter.ebpf.probes import attach_raw_tracepoints, load_bpf, uprobe_programs
 
     d = fresh_copy(cuda_build, tmp_path / "img")
@@ -48,13 +47,7 @@ def test_threads_beyond_the_table_counted_exactly_and_exits_free_their_places(
         tracepoints = attach_raw_tracepoints(bpf, bcc)
         mech = attach.mechanism(attach.UPROBE_MULTI, bpf, bcc)
         mech.load(uprobe_programs())
-        elf = ElfFile.open(lib)
-        offset = elf.offset_of_vaddr(elf.functions(["cudaLaunchKernel"])["cudaLaunchKernel"])
-        assert offset is not None
-        probe = abi.BY_SYMBOL["cudaLaunchKernel"]
-        cookie = abi.cookie(abi.INDEX["cudaLaunchKernel"])
-        a = mech.attach(lib, [attach.Point(offset, probe.program, False, cookie),
-                              attach.Point(offset, abi.return_program(probe), True, cookie)])
+        a = mech.attach(lib, probe_points(lib, "cudaLaunchKernel"))
         try:
             runs = []
             for _ in range(2):  # the second run finds the places its predecessor freed
@@ -83,8 +76,7 @@ def test_a_place_not_freed_without_the_exit_tracepoint(cuda_build: Build,
     places (so the probes never run without it)."""
     import bcc
 
-    from gpu_exporter.ebpf import abi, attach
-    from gpu_exporter.ebpf.elf import ElfFile
+    from gpu_exporter.ebpf import attach
     from gpu_exporter.ebpf.probes import load_bpf, uprobe_programs
 
     d = fresh_copy(cuda_build, tmp_path / "img")
@@ -93,13 +85,7 @@ def test_a_place_not_freed_without_the_exit_tracepoint(cuda_build: Build,
     try:
         mech = attach.mechanism(attach.UPROBE_MULTI, bpf, bcc)
         mech.load(uprobe_programs())
-        elf = ElfFile.open(lib)
-        offset = elf.offset_of_vaddr(elf.functions(["cudaLaunchKernel"])["cudaLaunchKernel"])
-        assert offset is not None
-        probe = abi.BY_SYMBOL["cudaLaunchKernel"]
-        cookie = abi.cookie(abi.INDEX["cudaLaunchKernel"])
-        a = mech.attach(lib, [attach.Point(offset, probe.program, False, cookie),
-                              attach.Point(offset, abi.return_program(probe), True, cookie)])
+        a = mech.attach(lib, probe_points(lib, "cudaLaunchKernel"))
         try:
             w = Workload([str(d / "workload"), "threads", str(THREADS), str(PER_THREAD)])
             w.go()
