@@ -60,11 +60,11 @@ TRACEPOINTS: tuple[tuple[str, str, str, dict[str, str]], ...] = (
 )
 # The offsets of those fields on x86-64 (syscall records: 8 bytes of common fields, the
 # syscall number, then one 8-byte slot per argument), used when tracefs is not readable.
+DEFAULT_TRACEPOINT_OFFSETS = {"TP_MMAP_PROT_OFF": 32, "TP_MMAP_FLAGS_OFF": 40,
+                              "TP_MMAP_FD_OFF": 48, "TP_MMAP_RET_OFF": 16}
 # Raw tracepoints (no tracefs needed) the probes cannot do without: a thread's exit frees
 # its state's place (program.c, fast_threads).
 RAW_TRACEPOINTS: tuple[tuple[str, str], ...] = (("sched_process_exit", "on_thread_exit"),)
-DEFAULT_TRACEPOINT_OFFSETS = {"TP_MMAP_PROT_OFF": 32, "TP_MMAP_FLAGS_OFF": 40,
-                              "TP_MMAP_FD_OFF": 48, "TP_MMAP_RET_OFF": 16}
 _FIELD = re.compile(r"field:[^;]*?\b(\w+)(?:\[\d*\])?;\s*offset:(\d+);")
 
 
@@ -197,6 +197,12 @@ class _File:
     path: str  # as the first process seen mapping it saw it
     attachment: attach.Attachment
     misses: int = 0  # rescans in a row that found no process mapping it
+
+
+def _launch_tag(tag: int) -> tuple[int, int, int]:
+    """(api, kernel id, device) of a launch counter's tag in a shape value (struct lslot:
+    id | api << 48 | device << 56)."""
+    return tag >> 48 & 0xFF, tag & (1 << 48) - 1, tag >> 56
 
 
 def _serial(fam: int, sub: int, ident: int) -> int | None:
@@ -505,9 +511,9 @@ class Engine:
             tag, n = int(launch.tag), int(launch.n)
             if not tag:
                 continue
+            api, ident, dev = _launch_tag(tag)
             try:
-                yield from list(self._rows(tgid, abi.FAM_LAUNCH, tag >> 48 & 0xFF,
-                                           tag & (1 << 48) - 1, tag >> 56, 0, n))
+                yield from list(self._rows(tgid, abi.FAM_LAUNCH, api, ident, dev, 0, n))
             except _Pending:
                 if strict:
                     raise
@@ -648,8 +654,8 @@ class Engine:
             for key, n in self._shape_rows(tgid, v):
                 totals[key] += n
             for launch in v.launches:
-                tag = int(launch.tag)
-                serial = _serial(abi.FAM_LAUNCH, tag >> 48 & 0xFF, tag & (1 << 48) - 1)
+                api, ident, _ = _launch_tag(int(launch.tag))
+                serial = _serial(abi.FAM_LAUNCH, api, ident)
                 if serial is not None:
                     in_slots[tgid].add(serial)
         self._fold(dead_stats, dead_shapes, totals)
