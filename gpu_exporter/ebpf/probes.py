@@ -45,8 +45,10 @@ log = logging.getLogger("gpu_exporter.ebpf")
 
 _POLL_MS = 100
 # A process that exited with a graph launch whose executable graph's event has not been
-# read is folded after this many reads at most (its launches then count as unknown).
-_HOLD_READS = 3
+# read is held back (not folded) until the event loop has read every event written
+# before: then the event was read, or lost and counted. This bounds the wait should the
+# loop be stuck (its launches then count as unknown).
+_HOLD_SECONDS = 30.0
 # A file no process maps any more is detached when this many rescans in a row have not
 # found it: within two rescans of its last process exiting.
 DETACH_AFTER_MISSES = 2
@@ -241,7 +243,10 @@ class Engine:
         self._devices: dict[tuple[int, int, int, bool], str] = {}
         self.graphs = Graphs()
         self._graph_drops = 0  # graph events lost, as last seen
-        self._held: dict[int, int] = {}  # exited processes not folded yet: reads held
+        # Exited processes not folded yet: (polls begun when first held, when first held).
+        self._held: dict[int, tuple[int, float]] = {}
+        self._polls_begun = 0
+        self._polled = 0  # the last poll begun that returned: events before it are read
         self._read_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -316,16 +321,25 @@ class Engine:
         next_scan = time.monotonic() + self.rescan_interval
         while not self._stop.is_set():
             try:
-                wait = min(_POLL_MS, max(0, int((next_scan - time.monotonic()) * 1000)))
-                self._bpf.ring_buffer_poll(wait)
-                self._graph_events_lost()
-                self._scan_asked()
+                self.pump(min(_POLL_MS, max(0, int((next_scan - time.monotonic()) * 1000))))
                 if time.monotonic() >= next_scan:
                     self.rescan()
                     next_scan = time.monotonic() + self.rescan_interval
             except Exception:
                 log.exception("eBPF event loop")
                 self._stop.wait(1)
+
+    def pump(self, wait_ms: int) -> None:
+        """One turn of the event loop: reads the events written so far, waiting up to
+        `wait_ms` for one, then probes what the processes they name mapped. The ring
+        buffers are read until empty, so a turn begun after an event was written returns
+        having read it, or counted it lost."""
+        self._polls_begun += 1
+        begun = self._polls_begun
+        self._bpf.ring_buffer_poll(wait_ms)
+        self._graph_events_lost()
+        self._polled = begun
+        self._scan_asked()
 
     def _on_event(self, _ctx: Any, data: Any, size: int) -> int:
         try:
@@ -667,8 +681,9 @@ class Engine:
     def _held_back(self, stats: list[tuple[Any, Any]], shapes: list[tuple[int, Any]],
                    alive: Callable[[int], bool]) -> set[int]:
         """Exited processes not folded this read: a launch of theirs is of an executable
-        graph whose event has not been read yet (for _HOLD_READS reads at most; then
-        their graph launches count as unknown)."""
+        graph whose event has not been read yet: until the event loop has read what was
+        written before (or for _HOLD_SECONDS at most; then their graph launches count as
+        unknown)."""
         pending: set[int] = set()
         for k, _ in stats:
             tgid = int(k.tgid)
@@ -683,8 +698,12 @@ class Engine:
                     list(self._shape_rows(tgid, v, strict=True))
                 except _Pending:
                     pending.add(tgid)
-        held = {t for t in pending if self._held.get(t, 0) < _HOLD_READS}
-        self._held = {t: self._held.get(t, 0) + 1 for t in held}
+        now = time.monotonic()
+        marks = {t: self._held.get(t, (self._polls_begun, now)) for t in pending}
+        # Two polls begun since: one may stop at a record reserved but not yet written.
+        held = {t for t, (begun, since) in marks.items()
+                if self._polled <= begun + 1 and now - since < _HOLD_SECONDS}
+        self._held = {t: marks[t] for t in held}
         for tgid in pending - held:
             self.graphs.give_up(tgid)
         return held

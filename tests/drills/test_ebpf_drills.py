@@ -17,7 +17,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from gpu_exporter.ebpf import abi
-from gpu_exporter.ebpf.probes import _HOLD_READS
 from tests.ebpf.conftest import (
     Build,
     Workload,
@@ -199,9 +198,11 @@ def test_an_executable_graph_updated_every_step_stays_named_and_bounded(cuda_bui
                 wait_until(lambda h=half: by_name() == {"u_old": h, "u_new": h},
                            f"chunk {chunk} counted by name")
             assert proc.wait(timeout=10) == 0
-            # Folded once: the exited process's counters are read a few times more (as
-            # long as an exited process may be held back), none a second time.
-            for _ in range(_HOLD_READS + 2):
+            # Folded once: the exited process's counters are read again across the event
+            # loop's turns (0.1 s each, as long as an exited process may be held back),
+            # none a second time.
+            deadline = time.monotonic() + 1
+            while time.monotonic() < deadline:
                 assert by_name() == {"u_old": half, "u_new": half}
             series = _healthy(exp)
         finally:

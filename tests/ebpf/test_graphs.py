@@ -6,6 +6,7 @@ a third (graphs13, on the fake runtime built as libcudart.so.13)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -168,3 +169,37 @@ def test_failed_clones_and_updates_are_errors_and_change_nothing(followed: list[
                       ("cudaGraphExecUpdate", "cudaErrorGraphExecUpdateFailure"): 1}
     # what they would have changed: c_kept's graph, u_new's executable graph
     assert _launched(followed, {"c_kept": 1, "u_new": 8}) == {"c_kept": 1, "u_new": 8}
+
+
+def test_an_exited_process_is_held_until_its_graph_events_are_read(cuda_build: Build
+                                                                   ) -> None:
+    """A process exits with graph launches whose executable graphs' events the event
+    loop has not read yet (a busy loop, a slow machine). However many reads come first,
+    its launches wait for those events, and are then counted by name, exactly: never
+    given up as unknown while the events are there to read."""
+    import bcc
+
+    from gpu_exporter.ebpf.probes import Engine
+
+    engine = Engine("/proc", names_max=64, pid_label=True, rescan_interval=3600)
+    engine.start(bcc)
+    try:
+        w = Workload([cuda_build.path("graphs")], {"FAKE_CUDA_FAIL": "cuStreamEndCapture=901x1"})
+        engine.rescan()
+        engine._stop.set()  # the event loop stops: nothing reads the events from here on
+        assert engine._thread is not None
+        engine._thread.join(10)
+
+        def by_name() -> dict[str, int]:
+            return {x.kernel_name: x.count for x in engine.read().launches
+                    if x.pid == w.proc.pid and x.api == "graph"}
+
+        w.go()
+        for _ in range(10):  # the exited process is held back, its named launches too
+            assert by_name() == {"unknown": GRAPH["unknown"]}
+            time.sleep(0.05)
+        engine.pump(0)
+        engine.pump(0)
+        assert by_name() == GRAPH
+    finally:
+        engine.close()
