@@ -428,6 +428,9 @@ DRIVER_PROBES: Final[tuple[Probe, ...]] = (
     *_drv("cuGraphAddNode", "graph_add_kernel", GRAPH_ADD_NODE_PARAMS),
     Probe("cuGraphAddNode_v2", "graph_add_kernel", GRAPH_ADD_NODE_PARAMS, True, since="12.3",
           pos=GRAPH_ADD_NODE_V2_PARAMS_ARG),
+    # CUDA 13.4: cuGraphAddNode_v2's arguments (called by name: cuGraphAddNode is still _v2).
+    Probe("cuGraphAddNode_v3", "graph_add_kernel", GRAPH_ADD_NODE_PARAMS, True, since="13.4",
+          pos=GRAPH_ADD_NODE_V2_PARAMS_ARG),
     *_drv("cuGraphAddChildGraphNode", "graph_add_child", GRAPH_ADD_CHILD),
     *_drv("cuGraphClone", "graph_clone"),
     *_drv("cuGraphInstantiate", "graph_instantiate", 0, "_v2"),
@@ -438,6 +441,8 @@ DRIVER_PROBES: Final[tuple[Probe, ...]] = (
     *_drv("cuGraphExecDestroy", "graph_exec_destroy"),
     *_drv("cuStreamSynchronize", "sync", SYNC_CU_STREAM, PTSZ),
     *_drv("cuCtxSynchronize", "sync", SYNC_CU_CTX),
+    # CUDA 13.0: the context to synchronise as argument (a new call, not a #define).
+    Probe("cuCtxSynchronize_v2", "sync", SYNC_CU_CTX, True, since="13.0"),
     *_drv("cuEventSynchronize", "sync", SYNC_CU_EVENT),
     # Strided and 3D copies (the kind from the memory types), peer copies, pinned host
     # memory, stream-ordered and managed allocations.

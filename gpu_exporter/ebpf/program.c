@@ -747,7 +747,8 @@ static __always_inline void finish(struct pt_regs *ctx, u32 tgid, struct frame *
             graph_event(tgid, EV_GRAPH_CREATE, 0, read_u64(f->a), 0);
         break;
     // (pNode, graph, deps, n, what) and cudaGraphAddNode_v2(pNode, graph, deps, edges, n,
-    // params): `what` (f->d) as the cookie's arg says (GRAPH_ADD_*).
+    // params) (also cuGraphAddNode_v2/_v3, CUDA 13's cudaGraphAddNode): `what` (f->d) as
+    // the cookie's arg says (GRAPH_ADD_*).
     case OP_GRAPH_ADD_KERNEL: {
         if (!f->counted)
             break;
@@ -1031,6 +1032,7 @@ ENTRY(alloc, OP_ALLOC, PROBE_COOKIE) {
 }
 
 // --- synchronising calls: the call in the cookie, the stream (if any) in f->d --------
+// (cuCtxSynchronize_v2(CUcontext ctx), CUDA 13: its context, which synced() ignores)
 ENTRY(sync, OP_SYNC, PROBE_COOKIE) {
     f->ts = bpf_ktime_get_ns();
     f->d = PT_REGS_PARM1(ctx);
@@ -1040,7 +1042,7 @@ ENTRY(sync, OP_SYNC, PROBE_COOKIE) {
 // The first three and the fifth (or fourth, or sixth) argument are kept, inside a
 // runtime call too (`names`);
 // finish() reads what each call has. cudaGraphAddNode_v2's parameters are its sixth
-// (its probe's COOKIE_POS): kept in place of the fifth.
+// (its probe's COOKIE_POS; cuGraphAddNode_v2 and _v3 likewise): kept in place of the fifth.
 static __always_inline void keep_args(struct pt_regs *ctx, struct frame *f,
                                       struct tstate *t) {
     f->a = PT_REGS_PARM1(ctx);

@@ -1,8 +1,9 @@
 """CUDA graphs by kernel: the real exporter, real uprobes, the fake CUDA libraries
 capturing streams, adding nodes, instantiating and launching graphs (csrc/graphs.c,
 whose counts these are); cloning graphs, updating executable graphs, child graphs and
-cudaGraphAddNode_v2 in a second process (graphs --follow); CUDA 13's cudaGraphAddNode in
-a third (graphs13, on the fake runtime built as libcudart.so.13)."""
+cudaGraphAddNode_v2 in a second process (graphs --follow); CUDA 13's entry points in a
+third (graphs13, on the fake runtime built as libcudart.so.13: cudaGraphAddNode, kernel
+nodes given by handle, cuGraphAddNode_v3, cuCtxSynchronize_v2)."""
 
 from __future__ import annotations
 
@@ -41,6 +42,11 @@ FOLLOW_FAIL = "cudaGraphClone=2x1"  # cudaErrorMemoryAllocation, the first call
 # graphs13: two kernel nodes and a child graph added by CUDA 13's cudaGraphAddNode (the
 # count in 5th place, the parameters in 6th), launched 3 times; then the last graph once.
 ADDED_13 = {"n13_a": 3, "n13_b": 3, "n13_ch": 3, "n13_last": 1}
+BY_HANDLE_13 = {"n13_kern": 2}  # a kernel node given by its cudaKernel_t (CUDA 13.2)
+# A kernel node and a child graph added by cuGraphAddNode_v3 (CUDA 13.4), launched twice.
+ADDED_V3 = {"n13_drv": 2, "n13_ch3": 2}
+CUDA13_FAIL = "cuGraphAddNode_v3=1x1,cuCtxSynchronize_v2=201x1"  # each one's first call
+CUDA13_CTX_SYNCS = 3  # cuCtxSynchronize_v2 (CUDA 13.0) that succeeded
 
 
 Scraped = tuple[list[Series], list[Series], list[Series]]  # graphs, --follow, graphs13
@@ -60,7 +66,7 @@ def scraped(cuda_build: Build) -> Iterator[Scraped]:
         w = Workload([cuda_build.path("graphs")],
                      {"FAKE_CUDA_FAIL": "cuStreamEndCapture=901x1"})
         f = Workload([cuda_build.path("graphs"), "--follow"], {"FAKE_CUDA_FAIL": FOLLOW_FAIL})
-        c13 = Workload([cuda_build.path("graphs13")])
+        c13 = Workload([cuda_build.path("graphs13")], {"FAKE_CUDA_FAIL": CUDA13_FAIL})
         wait_attached(exp, cuda_build.dir)
         wait_until(lambda: f"{cuda_build.dir}/libcudart.so.13" in attached(exp),
                    "probes on libcudart.so.13")
@@ -153,7 +159,31 @@ def test_nodes_added_by_add_node_v2_are_followed(followed: list[Series]) -> None
 
 def test_nodes_added_by_cuda_13s_add_node_are_followed(cuda13: list[Series]) -> None:
     """Every kernel node known by name: none read from the 5th argument (the count)."""
-    assert graph_launches(cuda13) == {("graph", k): n for k, n in ADDED_13.items()}
+    assert _launched(cuda13, ADDED_13) == ADDED_13
+
+
+def test_a_kernel_node_given_by_its_handle_is_named(cuda13: list[Series]) -> None:
+    assert _launched(cuda13, BY_HANDLE_13) == BY_HANDLE_13
+
+
+def test_nodes_added_by_the_drivers_add_node_v3_are_followed(cuda13: list[Series]) -> None:
+    assert _launched(cuda13, ADDED_V3) == ADDED_V3
+
+
+def test_every_cuda_13_graph_launch_is_named(cuda13: list[Series]) -> None:
+    assert graph_launches(cuda13) == {("graph", k): n for k, n in
+                                      {**ADDED_13, **BY_HANDLE_13, **ADDED_V3}.items()}
+
+
+def test_cuda_13s_context_synchronise_is_counted_and_failures_are_errors(
+        cuda13: list[Series]) -> None:
+    syncs = {x.labels["cuda_sync_call"]: x.value
+             for x in find(cuda13, "gpu_sync_duration_seconds_count")}
+    assert syncs.get("cuCtxSynchronize") == CUDA13_CTX_SYNCS
+    errors = {(x.labels["cuda_call"], x.labels["error_type"]): x.value
+              for x in find(cuda13, "gpu_cuda_errors_total")}
+    assert errors == {("cuGraphAddNode", "CUDA_ERROR_INVALID_VALUE"): 1,
+                      ("cuCtxSynchronize", "CUDA_ERROR_INVALID_CONTEXT"): 1}
 
 
 def test_every_followed_graph_launch_is_named(followed: list[Series]) -> None:

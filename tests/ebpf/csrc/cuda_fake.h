@@ -269,6 +269,10 @@ CUresult cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphN
 CUresult cuGraphAddNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph,
                            const CUgraphNode *dependencies, const void *dependencyData,
                            size_t numDependencies, CUgraphNodeParams *nodeParams);
+/* CUDA 13.4: cuGraphAddNode_v2's arguments (cuGraphAddNode is still #defined to _v2). */
+CUresult cuGraphAddNode_v3(CUgraphNode *phGraphNode, CUgraph hGraph,
+                           const CUgraphNode *dependencies, const void *dependencyData,
+                           size_t numDependencies, CUgraphNodeParams *nodeParams);
 CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph hGraph,
                                   const CUgraphNode *dependencies, size_t numDependencies,
                                   CUgraph childGraph);
@@ -382,6 +386,7 @@ CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags);
 CUresult cuMemAllocHost_v2(void **pp, size_t bytesize);
 CUresult cuStreamSynchronize(CUstream hStream);
 CUresult cuCtxSynchronize(void);
+CUresult cuCtxSynchronize_v2(CUcontext ctx); /* CUDA 13.0: a given context */
 CUresult cuEventSynchronize(void *hEvent);
 
 #ifdef __cplusplus

@@ -1,9 +1,15 @@
-/* CUDA 13's runtime (libcudart.so.13, the fake built with FAKE_CUDART_13), whose
- * cudaGraphAddNode takes the edge data before the count: a graph of two kernel nodes, a
- * memcpy node and a child graph, all added by cudaGraphAddNode, launched 3 times; then
- * n13_last's graph (added by cudaGraphAddKernelNode) once. Counts asserted by tests/ebpf/test_graphs.py (ADDED_13).
+/* CUDA 13's entry points. The runtime (libcudart.so.13, the fake built with
+ * FAKE_CUDART_13), whose cudaGraphAddNode takes the edge data before the count: a graph of
+ * two kernel nodes, a memcpy node and a child graph, all added by cudaGraphAddNode,
+ * launched 3 times; a kernel node given by its cudaKernel_t (CUDA 13.2's union), launched
+ * twice. The driver: a graph built by cuGraphAddNode_v3 (CUDA 13.4; its first call fails
+ * under FAKE_CUDA_FAIL=cuGraphAddNode_v3=1x1) of a kernel node and a child graph, launched
+ * twice; cuCtxSynchronize_v2 (CUDA 13.0) 4 times, the first failing under
+ * cuCtxSynchronize_v2=201x1. Then n13_last's graph (added by cudaGraphAddKernelNode) once.
+ * Counts asserted by tests/ebpf/test_graphs.py (ADDED_13, CUDA13_*).
  * With --wait: prints "ready" and waits for a line before the work. */
 #include "cuda_fake.h"
+#include "module_function.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +19,8 @@ __attribute__((noinline)) void n13_a(int n) { sink += n; }
 __attribute__((noinline)) void n13_b(int n) { sink += n + 1; }
 __attribute__((noinline)) void n13_ch(int n) { sink += n + 2; }
 __attribute__((noinline)) void n13_last(int n) { sink += n + 3; }
+__attribute__((noinline)) void n13_kern(int n) { sink += n + 4; }
+__attribute__((noinline)) void n13_ch3(int n) { sink += n + 5; }
 
 static void check(int rc, const char *what) {
   if (rc != 0) {
@@ -66,6 +74,35 @@ int main(int argc, char **argv) {
   np.graph.graph = kernels(n13_ch, NULL);
   add(g, &np, "child");
   run(g, 3);
+  /* A kernel node given as the kernel's handle, not its host function: CUDA 13.2 made
+   * cudaKernelNodeParamsV2's func a union of the two (functionType 0: CUDA deduces it). */
+  cudaKernel_t handle;
+  check(__cudaGetKernel(&handle, (const void *)n13_kern), "get kernel");
+  cudaGraph_t by_handle;
+  check(cudaGraphCreate(&by_handle, 0), "create by handle");
+  memset(&np, 0, sizeof np);
+  np.type = 0;
+  np.kernel.func = (void *)handle;
+  add(by_handle, &np, "by handle");
+  run(by_handle, 2);
+  /* cuGraphAddNode_v3 (CUDA 13.4): the parameters in 6th place, as _v2's. */
+  CUgraph drv;
+  CUgraphNode cnode;
+  CUgraphNodeParams cnp;
+  check(cuGraphCreate(&drv, 0), "create drv");
+  memset(&cnp, 0, sizeof cnp);
+  cnp.type = 0;
+  cnp.kernel.func = module_function("graphs13.cubin", "n13_drv");
+  if (cuGraphAddNode_v3(&cnode, drv, NULL, NULL, 0, &cnp) == 0) exit(12); /* fails */
+  check(cuGraphAddNode_v3(&cnode, drv, NULL, NULL, 0, &cnp), "v3 kernel");
+  memset(&cnp, 0, sizeof cnp);
+  cnp.type = 4;
+  cnp.graph.graph = (CUgraph)kernels(n13_ch3, NULL);
+  check(cuGraphAddNode_v3(&cnode, drv, NULL, NULL, 0, &cnp), "v3 child");
+  run((cudaGraph_t)drv, 2);
+  /* cuCtxSynchronize_v2 (CUDA 13.0): a context's work; the first call fails. */
+  if (cuCtxSynchronize_v2((CUcontext)0x3001) == 0) exit(13);
+  for (int i = 0; i < 3; i++) check(cuCtxSynchronize_v2((CUcontext)0x3001), "ctx sync");
   /* The last graph, added by cudaGraphAddKernelNode: counted whatever came before. */
   cudaGraph_t last;
   cudaGraphNode_t node;
