@@ -244,6 +244,10 @@ CU_MEMORYTYPE_UNIFIED: Final = 4
 # union { ... kernel node params, struct cudaChildGraphNodeParams { cudaGraph_t graph; }
 # / CUDA_CHILD_GRAPH_NODE_PARAMS ... } }: type 0 is a kernel node, 4 a child graph.
 KNODE_FUNC_OFF: Final = 0
+# CUDA_KERNEL_NODE_PARAMS_v2/_v3 (CUDA 12.0; cuGraphAddKernelNode_v2's, a driver
+# CUgraphNodeParams' kernel) { ...; void **extra; CUkernel kern; CUcontext ctx; }: the
+# kernel, used when func is NULL (a kernel of a library loaded by cuLibraryLoad*).
+KNODE_KERN_OFF: Final = 56
 NODE_PARAMS_KERNEL_OFF: Final = 16
 CHILD_GRAPH_OFF: Final = 0  # in the union, as NODE_PARAMS_KERNEL_OFF
 GRAPH_NODE_KERNEL: Final = 0
@@ -349,6 +353,10 @@ RUNTIME_PROBES: Final[tuple[Probe, ...]] = (
     *_rt("cudaStreamBeginCapture", "capture_begin", 0, PTSZ),
     Probe("cudaStreamBeginCaptureToGraph", "capture_begin", 1, since="12.3"),
     Probe("cudaStreamBeginCaptureToGraph_ptsz", "capture_begin", 1, since="12.3"),
+    # CUDA 13.3: a capture into an existing graph of the same shape, whose kernel nodes it
+    # replaces: followed as a plain capture, whose end gives that graph back.
+    Probe("cudaStreamBeginRecaptureToGraph", "capture_begin", 0, since="13.3"),
+    Probe("cudaStreamBeginRecaptureToGraph_ptsz", "capture_begin", 0, since="13.3"),
     *_rt("cudaStreamEndCapture", "capture_end", 0, PTSZ),
     *_rt("cudaEventRecord", "event_record", 0, PTSZ),
     *_rt("cudaEventRecordWithFlags", "event_record", 0, PTSZ),
@@ -419,6 +427,8 @@ DRIVER_PROBES: Final[tuple[Probe, ...]] = (
     *_drv("cuStreamBeginCapture_v2", "capture_begin", 0, PTSZ),
     Probe("cuStreamBeginCaptureToGraph", "capture_begin", 1, True, since="12.3"),
     Probe("cuStreamBeginCaptureToGraph_ptsz", "capture_begin", 1, True, since="12.3"),
+    Probe("cuStreamBeginRecaptureToGraph", "capture_begin", 0, True, since="13.3"),
+    Probe("cuStreamBeginRecaptureToGraph_ptsz", "capture_begin", 0, True, since="13.3"),
     *_drv("cuStreamEndCapture", "capture_end", 0, PTSZ),
     *_drv("cuEventRecord", "event_record", 0, PTSZ),
     *_drv("cuEventRecordWithFlags", "event_record", 0, PTSZ),

@@ -707,7 +707,9 @@ static __always_inline void finish(struct pt_regs *ctx, u32 tgid, struct frame *
         send_event(tgid, EV_DEVICE_PCI, 0, 0, f->c & 0xffffffff, 0, f->a);
         break;
     // CUDA graphs (calls made inside a runtime call are the runtime's: not seen here).
-    case OP_CAPTURE_BEGIN:  // (stream, mode) or ...ToGraph(stream, graph, ...) (arg 1)
+    // (stream, mode), ...ToGraph(stream, graph, ...) (arg 1), ...RecaptureToGraph(stream,
+    // mode, graph, ...): its graph's kernel nodes replaced by the capture's at its end.
+    case OP_CAPTURE_BEGIN:
         if (f->counted)
             capture_begun(tgid, f->a, COOKIE_ARG(f->cookie) ? f->b : 0);
         break;
@@ -761,9 +763,14 @@ static __always_inline void finish(struct pt_regs *ctx, u32 tgid, struct frame *
             if (type == GRAPH_NODE_GRAPH)
                 what = read_u64(what + CHILD_GRAPH_OFF);
         }
-        if (type == GRAPH_NODE_KERNEL)
-            graph_event(tgid, EV_GRAPH_NODE, api, read_u64(what + KNODE_FUNC_OFF), f->b);
-        else if (type == GRAPH_NODE_GRAPH)
+        if (type == GRAPH_NODE_KERNEL) {
+            u64 kernel = read_u64(what + KNODE_FUNC_OFF);
+            // A driver kernel node names its CUkernel when its CUfunction is NULL (the
+            // plain cuGraphAddKernelNode's struct has no kern: a NULL func fails there).
+            if (!kernel && api == API_DRIVER)
+                kernel = read_u64(what + KNODE_KERN_OFF);
+            graph_event(tgid, EV_GRAPH_NODE, api, kernel, f->b);
+        } else if (type == GRAPH_NODE_GRAPH)
             graph_event(tgid, EV_GRAPH_CHILD, 0, what, f->b);
         break;
     }

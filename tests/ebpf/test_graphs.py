@@ -43,8 +43,11 @@ FOLLOW_FAIL = "cudaGraphClone=2x1"  # cudaErrorMemoryAllocation, the first call
 # count in 5th place, the parameters in 6th), launched 3 times; then the last graph once.
 ADDED_13 = {"n13_a": 3, "n13_b": 3, "n13_ch": 3, "n13_last": 1}
 BY_HANDLE_13 = {"n13_kern": 2}  # a kernel node given by its cudaKernel_t (CUDA 13.2)
-# A kernel node and a child graph added by cuGraphAddNode_v3 (CUDA 13.4), launched twice.
-ADDED_V3 = {"n13_drv": 2, "n13_ch3": 2}
+# A kernel node, one given by its CUkernel (func NULL) and a child graph added by
+# cuGraphAddNode_v3 (CUDA 13.4), launched twice.
+ADDED_V3 = {"n13_drv": 2, "n13_lib": 2, "n13_ch3": 2}
+# Recaptured (CUDA 13.3): once as captured, twice as recaptured (the runtime's, the driver's)
+RECAPTURED = {"n13_r1": 1, "n13_r2": 2, "n13_dr1": 1, "n13_dr2": 2}
 CUDA13_FAIL = "cuGraphAddNode_v3=1x1,cuCtxSynchronize_v2=201x1"  # each one's first call
 CUDA13_CTX_SYNCS = 3  # cuCtxSynchronize_v2 (CUDA 13.0) that succeeded
 
@@ -170,9 +173,16 @@ def test_nodes_added_by_the_drivers_add_node_v3_are_followed(cuda13: list[Series
     assert _launched(cuda13, ADDED_V3) == ADDED_V3
 
 
+def test_a_recaptured_graph_runs_the_kernels_of_its_recapture(cuda13: list[Series]) -> None:
+    """The launches during a recapture are nodes, not runs (_launched: no launch outside a
+    graph), and they replace the graph's kernel nodes."""
+    assert _launched(cuda13, RECAPTURED) == RECAPTURED
+
+
 def test_every_cuda_13_graph_launch_is_named(cuda13: list[Series]) -> None:
     assert graph_launches(cuda13) == {("graph", k): n for k, n in
-                                      {**ADDED_13, **BY_HANDLE_13, **ADDED_V3}.items()}
+                                      {**ADDED_13, **BY_HANDLE_13, **ADDED_V3,
+                                       **RECAPTURED}.items()}
 
 
 def test_cuda_13s_context_synchronise_is_counted_and_failures_are_errors(

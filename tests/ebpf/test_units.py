@@ -106,6 +106,14 @@ def test_3d_and_driver_copy_struct_offsets(offsets: dict[str, list[int]]) -> Non
                                         abi.CU_MEMORYTYPE_ARRAY, abi.CU_MEMORYTYPE_UNIFIED]
 
 
+def test_graph_node_struct_offsets(offsets: dict[str, list[int]]) -> None:
+    assert offsets["KNODE_FUNC_OFF"] == [abi.KNODE_FUNC_OFF] * 2
+    assert offsets["KNODE_KERN_OFF"] == [abi.KNODE_KERN_OFF]
+    # the kernel's parameters and the child graph at the same place of the union
+    assert offsets["NODE_PARAMS_KERNEL_OFF"] == [abi.NODE_PARAMS_KERNEL_OFF] * 4
+    assert abi.CHILD_GRAPH_OFF == 0
+
+
 def test_memcpy_kind_enum_and_names() -> None:
     assert abi.MEMCPY_KIND_NAMES == {0: "HostToHost", 1: "HostToDevice", 2: "DeviceToHost",
                                      3: "DeviceToDevice", 4: "Default"}

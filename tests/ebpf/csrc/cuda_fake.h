@@ -155,6 +155,9 @@ cudaError_t cudaStreamBeginCaptureToGraph(cudaStream_t stream, cudaGraph_t graph
                                           const cudaGraphNode_t *dependencies,
                                           const void *dependencyData, size_t numDependencies,
                                           enum cudaStreamCaptureMode mode);
+/* CUDA 13.3: capture again into a graph of the same shape (its kernels replaced). */
+cudaError_t cudaStreamBeginRecaptureToGraph(cudaStream_t stream, enum cudaStreamCaptureMode mode,
+                                            cudaGraph_t graph, void *callbackData);
 cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *pGraph);
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream);
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags);
@@ -236,11 +239,16 @@ typedef struct CUDA_KERNEL_NODE_PARAMS_st {
   unsigned int sharedMemBytes;
   void **kernelParams;
   void **extra;
+  CUkernel kern; /* CUDA 12.0 (_v2): the kernel when func is NULL */
+  CUcontext ctx;
 } CUDA_KERNEL_NODE_PARAMS;
 CUresult cuStreamBeginCapture_v2(CUstream hStream, int mode);
 CUresult cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph,
                                      const CUgraphNode *dependencies, const void *dependencyData,
                                      size_t numDependencies, int mode);
+CUresult cuStreamBeginRecaptureToGraph(CUstream hStream, int mode, CUgraph hGraph,
+                                       void *callbackFunc, void *userData);
+CUresult fake_recapture(CUstream hStream, CUgraph hGraph); /* the fake runtime's way in */
 CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph);
 CUresult cuEventRecord(CUevent hEvent, CUstream hStream);
 CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags);

@@ -1,6 +1,9 @@
 /* A fake libcuda.so.1: the real driver entry points with real signatures. Launches and
  * copies do nothing; handles are filled so callers can go on; synchronising calls block
- * for a short, known time so measured durations have a floor. */
+ * for a short, known time so measured durations have a floor. Entry points share static
+ * helpers, never call one another's exported symbols (nor does the fake runtime call the
+ * driver's where the real one would not reach them): the probe of a callee would stand in
+ * for a caller's missing probe. */
 #include "cuda_fake.h"
 #include "fake_fail.h"
 #include <pthread.h>
@@ -64,7 +67,11 @@ CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigned int g
                                    unsigned int bz, unsigned int smem, CUstream s,
                                    void **params) {
   FAIL_IF("cuLaunchCooperativeKernel");
-  return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, smem, s, params, NULL);
+  (void)f; (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)smem;
+  (void)params;
+  if (fake_captured(s)) return 0;
+  __asm__ volatile("" ::: "memory");
+  return 0;
 }
 CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams,
                           void **extra) {
@@ -76,20 +83,23 @@ CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **ker
 }
 CUresult cuGraphLaunch(CUgraphExec e, CUstream s) {
   FAIL_IF("cuGraphLaunch"); (void)e; (void)s; return 0; }
-CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t n) {
-  FAIL_IF("cuMemAlloc_v2");
+static CUresult alloc(CUdeviceptr *dptr, size_t n) {
   *dptr = (CUdeviceptr)malloc(n ? n : 1);
   return *dptr ? 0 : 2;
+}
+CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t n) {
+  FAIL_IF("cuMemAlloc_v2");
+  return alloc(dptr, n);
 }
 CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t n, unsigned int flags) {
   FAIL_IF("cuMemAllocManaged");
   (void)flags;
-  return cuMemAlloc_v2(dptr, n);
+  return alloc(dptr, n);
 }
 CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t n, CUstream s) {
   FAIL_IF("cuMemAllocAsync");
   (void)s;
-  return cuMemAlloc_v2(dptr, n);
+  return alloc(dptr, n);
 }
 CUresult cuMemFree_v2(CUdeviceptr p) {
   FAIL_IF("cuMemFree_v2"); free((void *)p); return 0; }
@@ -228,8 +238,6 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
 static __thread CUcontext ctx_stack[CTX_STACK_MAX];
 static __thread int ctx_depth; /* ctx_stack[ctx_depth - 1] is current */
 
-/* Shared by the cuCtxCreate versions, which do not call one another's entry points (a
- * version's missing probe would be hidden by the probe of the one it called). */
 static CUresult ctx_create(CUcontext *pctx, CUdevice dev) {
   CHECK_DEV(dev);
   if (ctx_depth == CTX_STACK_MAX) return CUDA_ERROR_INVALID_CONTEXT;
@@ -287,12 +295,11 @@ NOOP_COPY(cuMemcpyPeerAsync, CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUconte
 CUresult cuMemHostAlloc(void **pp, size_t n, unsigned int flags) {
   FAIL_IF("cuMemHostAlloc");
   (void)flags;
-  *pp = malloc(n ? n : 1);
-  return *pp ? 0 : 2;
+  return alloc((CUdeviceptr *)pp, n);
 }
 CUresult cuMemAllocHost_v2(void **pp, size_t n) {
   FAIL_IF("cuMemAllocHost_v2");
-  return cuMemHostAlloc(pp, n, 0);
+  return alloc((CUdeviceptr *)pp, n);
 }
 
 /* Graphs: a graph counts its kernel nodes; a stream under capture (or joined to one
@@ -350,6 +357,18 @@ CUresult cuStreamBeginCaptureToGraph(CUstream s, CUgraph g, const CUgraphNode *d
   (void)deps; (void)data; (void)n; (void)mode;
   return g ? begin_capture(s, g) : CUDA_ERROR_INVALID_VALUE;
 }
+/* For the fake runtime, under a name that is not CUDA's (see the top). */
+CUresult fake_recapture(CUstream s, CUgraph g) {
+  if (!g) return CUDA_ERROR_INVALID_VALUE;
+  g->kernels = 0; /* the capture makes its nodes again */
+  return begin_capture(s, g);
+}
+CUresult cuStreamBeginRecaptureToGraph(CUstream s, int mode, CUgraph g, void *callbackFunc,
+                                       void *userData) {
+  FAIL_IF("cuStreamBeginRecaptureToGraph");
+  (void)mode; (void)callbackFunc; (void)userData;
+  return fake_recapture(s, g);
+}
 CUresult cuStreamEndCapture(CUstream s, CUgraph *out) {
   pthread_mutex_lock(&graph_lock);
   CUgraph g = capture_of(s);
@@ -389,11 +408,8 @@ CUresult cuGraphCreate(CUgraph *out, unsigned int flags) {
   *out = calloc(1, sizeof **out);
   return 0;
 }
-/* The graph calls below share these, not each other's entry points: the real driver's
- * entry points do not call one another through their exported symbols, so a call whose
- * own probe is missing is not made visible by the probe of another. */
 static CUresult kernel_node(CUgraphNode *node, CUgraph g, const CUDA_KERNEL_NODE_PARAMS *params) {
-  if (!g || !params || !params->func) return CUDA_ERROR_INVALID_VALUE;
+  if (!g || !params || (!params->func && !params->kern)) return CUDA_ERROR_INVALID_VALUE;
   g->kernels++;
   *node = malloc(8);
   return 0;

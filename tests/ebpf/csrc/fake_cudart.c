@@ -219,6 +219,13 @@ cudaError_t cudaStreamBeginCaptureToGraph(cudaStream_t s, cudaGraph_t g,
   return cuStreamBeginCaptureToGraph((CUstream)s, (CUgraph)g, (const CUgraphNode *)deps, data,
                                      n, mode);
 }
+cudaError_t cudaStreamBeginRecaptureToGraph(cudaStream_t s, enum cudaStreamCaptureMode mode,
+                                            cudaGraph_t g, void *callbackData) {
+  FAIL_IF("cudaStreamBeginRecaptureToGraph");
+  (void)callbackData;
+  (void)mode;
+  return fake_recapture((CUstream)s, (CUgraph)g);
+}
 cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g) {
   /* Not FAIL_IF here: the driver's failure is the capture's (it ends either way). */
   return cuStreamEndCapture((CUstream)s, (CUgraph *)g);

@@ -3,10 +3,14 @@
  * two kernel nodes, a memcpy node and a child graph, all added by cudaGraphAddNode,
  * launched 3 times; a kernel node given by its cudaKernel_t (CUDA 13.2's union), launched
  * twice. The driver: a graph built by cuGraphAddNode_v3 (CUDA 13.4; its first call fails
- * under FAKE_CUDA_FAIL=cuGraphAddNode_v3=1x1) of a kernel node and a child graph, launched
- * twice; cuCtxSynchronize_v2 (CUDA 13.0) 4 times, the first failing under
- * cuCtxSynchronize_v2=201x1. Then n13_last's graph (added by cudaGraphAddKernelNode) once.
- * Counts asserted by tests/ebpf/test_graphs.py (ADDED_13, CUDA13_*).
+ * under FAKE_CUDA_FAIL=cuGraphAddNode_v3=1x1) of a kernel node, a kernel node given by
+ * its CUkernel (func NULL) and a child graph, launched twice; cuCtxSynchronize_v2 (CUDA
+ * 13.0) 4 times, the first failing under cuCtxSynchronize_v2=201x1. Recaptures (CUDA
+ * 13.3), through the runtime and the driver: a graph captured with one kernel and
+ * launched once, captured again into the same graph with another kernel, its executable
+ * graph updated and launched twice. Then n13_last's graph (added by
+ * cudaGraphAddKernelNode) once. Counts asserted by tests/ebpf/test_graphs.py (ADDED_13,
+ * BY_HANDLE_13, ADDED_V3, RECAPTURED, CUDA13_*).
  * With --wait: prints "ready" and waits for a line before the work. */
 #include "cuda_fake.h"
 #include "module_function.h"
@@ -21,6 +25,8 @@ __attribute__((noinline)) void n13_ch(int n) { sink += n + 2; }
 __attribute__((noinline)) void n13_last(int n) { sink += n + 3; }
 __attribute__((noinline)) void n13_kern(int n) { sink += n + 4; }
 __attribute__((noinline)) void n13_ch3(int n) { sink += n + 5; }
+__attribute__((noinline)) void n13_r1(int n) { sink += n + 6; }
+__attribute__((noinline)) void n13_r2(int n) { sink += n + 7; }
 
 static void check(int rc, const char *what) {
   if (rc != 0) {
@@ -49,6 +55,51 @@ static cudaGraph_t kernels(void (*f)(int), void (*g)(int)) {
     add(graph, &np, "kernel");
   }
   return graph;
+}
+
+static void launch(void (*f)(int), cudaStream_t s) {
+  void *args[1] = {NULL};
+  check(cudaLaunchKernel((const void *)f, (dim3){1, 1, 1}, (dim3){32, 1, 1}, args, 0, s),
+        "launch");
+}
+
+static void drv_launch(const char *name, CUstream s) {
+  check(cuLaunchKernel(module_function("graphs13.cubin", name), 1, 1, 1, 32, 1, 1, 0, s, NULL,
+                       NULL), name);
+}
+
+/* A graph captured on `s` with `first`, launched once, recaptured with `second`, its
+ * executable graph updated to it and launched twice: the runtime's calls, or (`driver`)
+ * the driver's with the kernels named n13_dr1 and n13_dr2. */
+static void recaptured(int driver, void (*first)(int), void (*second)(int), cudaStream_t s) {
+  cudaGraph_t g, back;
+  cudaGraphExec_t x;
+  cudaGraphExecUpdateResultInfo info;
+  if (driver) {
+    check(cuStreamBeginCapture_v2((CUstream)s, 0), "capture drv");
+    drv_launch("n13_dr1", (CUstream)s);
+    check(cuStreamEndCapture((CUstream)s, (CUgraph *)&g), "end drv");
+    check(cuGraphInstantiateWithFlags((CUgraphExec *)&x, (CUgraph)g, 0), "instantiate drv");
+    check(cuGraphLaunch((CUgraphExec)x, (CUstream)s), "launch drv");
+    check(cuStreamBeginRecaptureToGraph((CUstream)s, 0, (CUgraph)g, NULL, NULL), "recapture");
+    drv_launch("n13_dr2", (CUstream)s);
+    check(cuStreamEndCapture((CUstream)s, (CUgraph *)&back), "end recapture drv");
+    check(cuGraphExecUpdate_v2((CUgraphExec)x, (CUgraph)g, (CUgraphExecUpdateResultInfo *)&info),
+          "update drv");
+  } else {
+    check(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), "capture");
+    launch(first, s);
+    check(cudaStreamEndCapture(s, &g), "end");
+    check(cudaGraphInstantiate(&x, g, 0), "instantiate");
+    check(cudaGraphLaunch(x, s), "launch");
+    check(cudaStreamBeginRecaptureToGraph(s, cudaStreamCaptureModeGlobal, g, NULL),
+          "recapture");
+    launch(second, s);
+    check(cudaStreamEndCapture(s, &back), "end recapture");
+    check(cudaGraphExecUpdate(x, g, &info), "update");
+  }
+  if (back != g) exit(14);
+  for (int i = 0; i < 2; i++) check(cudaGraphLaunch(x, s), "launch recaptured");
 }
 
 static void run(cudaGraph_t g, int times) {
@@ -95,6 +146,13 @@ int main(int argc, char **argv) {
   cnp.kernel.func = module_function("graphs13.cubin", "n13_drv");
   if (cuGraphAddNode_v3(&cnode, drv, NULL, NULL, 0, &cnp) == 0) exit(12); /* fails */
   check(cuGraphAddNode_v3(&cnode, drv, NULL, NULL, 0, &cnp), "v3 kernel");
+  /* A kernel node by CUkernel (func NULL, CUDA 12.0's kern), from a library. */
+  CUlibrary lib;
+  memset(&cnp, 0, sizeof cnp);
+  cnp.type = 0;
+  check(cuLibraryLoadFromFile(&lib, "graphs13.cubin", NULL, NULL, 0, NULL, NULL, 0), "lib");
+  check(cuLibraryGetKernel(&cnp.kernel.kern, lib, "n13_lib"), "get n13_lib");
+  check(cuGraphAddNode_v3(&cnode, drv, NULL, NULL, 0, &cnp), "v3 kern");
   memset(&cnp, 0, sizeof cnp);
   cnp.type = 4;
   cnp.graph.graph = (CUgraph)kernels(n13_ch3, NULL);
@@ -103,6 +161,8 @@ int main(int argc, char **argv) {
   /* cuCtxSynchronize_v2 (CUDA 13.0): a context's work; the first call fails. */
   if (cuCtxSynchronize_v2((CUcontext)0x3001) == 0) exit(13);
   for (int i = 0; i < 3; i++) check(cuCtxSynchronize_v2((CUcontext)0x3001), "ctx sync");
+  recaptured(0, n13_r1, n13_r2, (cudaStream_t)0x1301);
+  recaptured(1, NULL, NULL, (cudaStream_t)0x1302);
   /* The last graph, added by cudaGraphAddKernelNode: counted whatever came before. */
   cudaGraph_t last;
   cudaGraphNode_t node;

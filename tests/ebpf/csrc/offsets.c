@@ -38,6 +38,12 @@ int main(void) {
          offsetof(CUDA_MEMCPY3D_PEER, WidthInBytes), offsetof(CUDA_MEMCPY3D_PEER, Height),
          offsetof(CUDA_MEMCPY3D_PEER, Depth));
   printf("CU3D_SIZE %zu %zu\n", sizeof(CUDA_MEMCPY3D), sizeof(CUDA_MEMCPY3D_PEER));
+  printf("KNODE_FUNC_OFF %zu %zu\n", offsetof(cudaKernelNodeParams, func),
+         offsetof(CUDA_KERNEL_NODE_PARAMS, func));
+  printf("KNODE_KERN_OFF %zu\n", offsetof(CUDA_KERNEL_NODE_PARAMS, kern));
+  printf("NODE_PARAMS_KERNEL_OFF %zu %zu %zu %zu\n", offsetof(cudaGraphNodeParams, kernel),
+         offsetof(cudaGraphNodeParams, graph), offsetof(CUgraphNodeParams, kernel),
+         offsetof(CUgraphNodeParams, graph));
   printf("CU_MEMORYTYPE %d %d %d %d\n", CU_MEMORYTYPE_HOST, CU_MEMORYTYPE_DEVICE,
          CU_MEMORYTYPE_ARRAY, CU_MEMORYTYPE_UNIFIED);
   return 0;
