@@ -25,7 +25,7 @@ for tool in victoria-metrics vmalert prometheus-alertmanager; do
 done
 
 work=$(mktemp -d -t gpu-exporter-demo-XXXXXX)
-pids=()
+pids=() names=()
 stop() {
   trap - INT TERM EXIT
   echo "demo: stopping" >&2
@@ -44,6 +44,14 @@ trap stop EXIT
 trap 'exit 0' INT
 trap 'exit 143' TERM
 
+# A process in a session of its own (see the loop at the end), its output in $work/NAME.log.
+start() {  # name, the file for its standard output ("": its log too), command...
+  local name=$1 out=$2 log="$work/$1.log"
+  shift 2
+  if [ -z "$out" ]; then setsid "$@" >"$log" 2>&1 & else setsid "$@" >"$out" 2>"$log" & fi
+  pids+=($!) names+=("$name")
+}
+
 wait_http() {  # url, name, pid
   for _ in $(seq 1 300); do
     "$py" -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)' \
@@ -57,9 +65,8 @@ wait_http() {  # url, name, pid
 # 1. the simulated node: fake NVML scenario + sysfs tree, and a load driver
 fleet_args=()
 [ "${DEMO_EBPF:-0}" = 1 ] && fleet_args+=(--ebpf)
-(cd "$repo" && exec "$py" -m tests.e2e.fleet "$work/fleet" "${fleet_args[@]}") \
-  >"$work/fleet.env" 2>"$work/fleet.log" &
-pids+=($!)
+start fleet "$work/fleet.env" env -C "$repo" "$py" -m tests.e2e.fleet "$work/fleet" \
+  "${fleet_args[@]}"
 for _ in $(seq 1 600); do grep -q '^EXPORTER_ARGS=' "$work/fleet.env" && break; sleep 0.1; done
 grep -q '^EXPORTER_ARGS=' "$work/fleet.env" || { cat "$work/fleet.log" >&2; exit 1; }
 # shellcheck disable=SC1091
@@ -67,10 +74,8 @@ source "$work/fleet.env"
 
 # 2. the exporter
 # shellcheck disable=SC2086
-"$exporter_bin" --web.listen-address="127.0.0.1:$exporter_port" $EXPORTER_ARGS \
-  >"$work/exporter.log" 2>&1 &
-pids+=($!)
-wait_http "http://127.0.0.1:$exporter_port/metrics" exporter "$!"
+start exporter "" "$exporter_bin" --web.listen-address="127.0.0.1:$exporter_port" $EXPORTER_ARGS
+wait_http "http://127.0.0.1:$exporter_port/metrics" exporter "${pids[-1]}"
 
 # 3. VictoriaMetrics scraping it (job "gpu-exporter", as the alert pack expects)
 cat >"$work/scrape.yml" <<YAML
@@ -80,31 +85,27 @@ scrape_configs:
     static_configs:
       - targets: ["127.0.0.1:$exporter_port"]
 YAML
-victoria-metrics -storageDataPath="$work/vm" -httpListenAddr="127.0.0.1:$vm_port" \
-  -promscrape.config="$work/scrape.yml" -retentionPeriod=1d -search.latencyOffset=5s \
-  -loggerLevel=WARN >"$work/victoria-metrics.log" 2>&1 &
-pids+=($!)
-wait_http "http://127.0.0.1:$vm_port/health" victoria-metrics "$!"
+start victoria-metrics "" victoria-metrics -storageDataPath="$work/vm" \
+  -httpListenAddr="127.0.0.1:$vm_port" -promscrape.config="$work/scrape.yml" \
+  -retentionPeriod=1d -search.latencyOffset=5s -loggerLevel=WARN
+wait_http "http://127.0.0.1:$vm_port/health" victoria-metrics "${pids[-1]}"
 
 # 4. Alertmanager (vmalert's notifier) and vmalert with the rule files of alerts/
 cat >"$work/alertmanager.yml" <<YAML
 route: {receiver: "null", group_wait: 5s}
 receivers: [{name: "null"}]
 YAML
-prometheus-alertmanager --config.file="$work/alertmanager.yml" --storage.path="$work/am" \
-  --web.listen-address="127.0.0.1:$am_port" --cluster.listen-address= --log.level=warn \
-  >"$work/alertmanager.log" 2>&1 &
-pids+=($!)
-wait_http "http://127.0.0.1:$am_port/-/ready" alertmanager "$!"
+start alertmanager "" prometheus-alertmanager --config.file="$work/alertmanager.yml" \
+  --storage.path="$work/am" --web.listen-address="127.0.0.1:$am_port" \
+  --cluster.listen-address= --log.level=warn
+wait_http "http://127.0.0.1:$am_port/-/ready" alertmanager "${pids[-1]}"
 
 rules=()
 for f in "$repo"/alerts/*.rules.yml; do rules+=("-rule=$f"); done
-vmalert "${rules[@]}" -datasource.url="http://127.0.0.1:$vm_port" \
+start vmalert "" vmalert "${rules[@]}" -datasource.url="http://127.0.0.1:$vm_port" \
   -remoteWrite.url="http://127.0.0.1:$vm_port" -notifier.url="http://127.0.0.1:$am_port" \
-  -evaluationInterval=15s -httpListenAddr="127.0.0.1:$vmalert_port" -loggerLevel=WARN \
-  >"$work/vmalert.log" 2>&1 &
-pids+=($!)
-wait_http "http://127.0.0.1:$vmalert_port/health" vmalert "$!"
+  -evaluationInterval=15s -httpListenAddr="127.0.0.1:$vmalert_port" -loggerLevel=WARN
+wait_http "http://127.0.0.1:$vmalert_port/health" vmalert "${pids[-1]}"
 
 cat <<TXT
 
@@ -122,15 +123,16 @@ cat <<TXT
 TXT
 echo "DEMO READY" >&2
 
-# Run until Ctrl-C, or until one of the processes dies.
+# Run until Ctrl-C, or until one of the processes dies. The processes have sessions of
+# their own (started through setsid): Ctrl-C reaches this shell alone, which stops them
+# in order, so none is found gone because of it. The shell waits in `wait`, which a
+# trapped signal interrupts at once.
 while true; do
-  for pid in "${pids[@]}"; do
-    kill -0 "$pid" 2>/dev/null || {
-      # Ctrl-C reaches every process on the terminal at once, and one may be gone before
-      # this shell has run its INT trap (pending until a command ends): the trap's turn
-      # comes with this sleep, and the demo then stops with exit 0.
-      sleep 0.5
-      echo "demo: process $pid exited" >&2; exit 1; }
+  for i in "${!pids[@]}"; do
+    kill -0 "${pids[$i]}" 2>/dev/null || {
+      echo "demo: ${names[$i]} (pid ${pids[$i]}) exited; the end of its log:" >&2
+      tail -n 20 "$work/${names[$i]}.log" >&2; exit 1; }
   done
-  sleep 1
+  sleep 1 &
+  wait $! || true
 done

@@ -115,6 +115,10 @@ def test_hung_call_cannot_hang_the_scrape(fake_lib: Path, tmp_path: Path) -> Non
         sc.hang(3, "nvmlDeviceGetPowerUsage", None)
         s = wait_for(exp, lambda s: value(s, "hw_gpu_up", hw_id=uuid(3)) == 1, timeout=10)
         assert full(s, uuid(3))
+        # Recovered: no thread more once the last scrapes' connection threads have ended.
+        deadline = time.monotonic() + 5
+        while threads(exp.proc.pid) > max(counts) and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert threads(exp.proc.pid) <= max(counts)
         assert exp.logs().count("did not answer NVML within the scrape timeout") == 1
 
