@@ -106,11 +106,15 @@ class ElfFile:
         m = self._m
         for t in self._tables:
             at: dict[int, bytes] = {}  # string table offset -> name
+            # A name may be the tail of a longer one (linkers merge string suffixes:
+            # NVIDIA's libcudart.so.12/.13 keep `cudaLaunchKernel` only inside
+            # `__cudaLaunchKernel`): every place the name ends a string is a candidate, and
+            # a symbol is that name when its name starts exactly there.
             for name in wanted:
-                needle = b"\0" + name + b"\0"
+                needle = name + b"\0"
                 pos = m.find(needle, t.str_offset, t.str_offset + t.str_size)
                 while pos >= 0:
-                    at[pos + 1 - t.str_offset] = name
+                    at[pos - t.str_offset] = name
                     pos = m.find(needle, pos + 1, t.str_offset + t.str_size)
             if not at or t.entsize != _SYM.size or t.size % _SYM.size:
                 continue

@@ -55,8 +55,9 @@ def build_into(out: Path) -> Build:
          rpath, "-pthread"],
         [gcc, "-O0", "-o", "graphs", str(CSRC / "graphs.c"), "-L.", "-lcudart", "-lcuda",
          rpath],
-        # CUDA 13's runtime, whose cudaGraphAddNode takes the edge data before the count.
-        [gcc, "-O0", "-DFAKE_CUDART_13", "-shared", "-fPIC", "-o", "libcudart.so.13",
+        # CUDA 13's runtime, whose cudaGraphAddNode takes the edge data before the count;
+        # stripped as NVIDIA's is (its symbols' names only in .dynstr, suffixes merged).
+        [gcc, "-O0", "-DFAKE_CUDART_13", "-shared", "-fPIC", "-s", "-o", "libcudart.so.13",
          str(CSRC / "fake_cudart.c"), "-Wl,-soname,libcudart.so.13", "-L.", "-lcuda", rpath],
         [gcc, "-O0", "-DFAKE_CUDART_13", "-Wall", "-Werror", "-o", "graphs13",
          str(CSRC / "graphs13.c"), "-L.", "-l:libcudart.so.13", "-lcuda", rpath],

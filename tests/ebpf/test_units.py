@@ -13,7 +13,7 @@ import pytest
 
 from gpu_exporter.ebpf import abi
 from gpu_exporter.ebpf.discovery import _NAMED, parse_maps
-from gpu_exporter.ebpf.elf import ElfError, read_symbols
+from gpu_exporter.ebpf.elf import ElfError, ElfFile, read_symbols
 from gpu_exporter.ebpf.names import OTHER, UNKNOWN, NameCap, demangle, kernel_name
 from gpu_exporter.ebpf.probes import DEFAULT_TRACEPOINT_OFFSETS, program_text, tracepoint_offsets
 from gpu_exporter.ebpf.reading import BYTES_BOUNDS_LOG2, cumulative
@@ -167,6 +167,38 @@ def test_probed_symbols_are_what_the_real_cuda_libraries_export() -> None:
             assert p.symbol not in recorded, p  # really newer than the recorded libraries
             continue
         assert recorded.get(p.symbol) == ("driver" if p.driver else "runtime"), p
+
+
+def test_runtime_probes_are_what_cuda_13s_runtime_exports() -> None:
+    """Against NVIDIA's libcudart.so.13 (13.0 and the newest 13.x), recorded by
+    scripts/gen-cuda13-symbols.py: a probe newer than 13.0 is exported from its release
+    on, and the only probed names CUDA 13 does not export are the two it dropped."""
+    rows = [line.split() for line in
+            (REPO / "tests/fixtures/cuda/real-symbols-13.txt").read_text().splitlines()
+            if line and not line.startswith("#")]
+    assert rows[0][0] == "releases"
+    releases, exported = rows[0][1:], {row[0]: row[1:] for row in rows[1:]}
+    assert set(exported) == {p.symbol for p in abi.RUNTIME_PROBES}  # the fixture is fresh
+    assert {s for s, found in exported.items() if not found} == {
+        "cudaGraphAddNode_v2", "cudaGetDeviceProperties_v2"}
+
+    def version(v: str) -> tuple[int, ...]:
+        return tuple(int(x) for x in v.split("."))
+    for p in abi.RUNTIME_PROBES:
+        if exported[p.symbol] and p.since.startswith("13."):
+            assert exported[p.symbol] == [
+                r for r in releases if version(r) >= version(p.since)], p
+
+
+def test_a_symbol_whose_name_is_the_tail_of_another_is_found(cuda_build: Build) -> None:
+    """The linker keeps `cudaLaunchKernel` only as the end of `__cudaLaunchKernel` in a
+    stripped runtime's string table (NVIDIA's libcudart.so.12 and .13 too)."""
+    lib = cuda_build.path("libcudart.so.13")
+    found = ElfFile.open(lib).functions(["cudaLaunchKernel", "__cudaLaunchKernel"])
+    assert set(found) == {"cudaLaunchKernel", "__cudaLaunchKernel"}
+    assert found["cudaLaunchKernel"] != found["__cudaLaunchKernel"]
+    symbols = ElfFile.open(lib).symbols()
+    assert symbols.function_at(found["cudaLaunchKernel"]) == "cudaLaunchKernel"
 
 
 def test_cookies_say_which_call_and_which_side() -> None:

@@ -14,6 +14,14 @@ cudaError_t cudaLaunchKernel(const void *func, dim3 g, dim3 b, void **args, size
   return cuLaunchKernel((CUfunction)func, g.x, g.y, g.z, b.x, b.y, b.z, (unsigned)smem,
                         (CUstream)s, args, NULL);
 }
+/* nvcc's <<<>>> with the kernel's handle (CUDA 13's crt/device_functions.h; exported since
+ * CUDA 12): the real one jumps to cudaLaunchKernel, whose probe counts it. Its name ends
+ * with cudaLaunchKernel's, which the linker then keeps only inside it (a merged suffix of
+ * the string table), as in NVIDIA's libcudart.so.12 and .13. */
+cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 g, dim3 b, void **args, size_t smem,
+                               cudaStream_t s) {
+  return cudaLaunchKernel((const void *)kernel, g, b, args, smem, s);
+}
 cudaError_t cudaLaunchCooperativeKernel(const void *func, dim3 g, dim3 b, void **args,
                                         size_t smem, cudaStream_t s) {
   FAIL_IF("cudaLaunchCooperativeKernel");

@@ -11,7 +11,8 @@
  * graph updated and launched twice. Then n13_last's graph (added by
  * cudaGraphAddKernelNode) once. Counts asserted by tests/ebpf/test_graphs.py (ADDED_13,
  * BY_HANDLE_13, ADDED_V3, RECAPTURED, CUDA13_*).
- * With --wait: prints "ready" and waits for a line before the work. */
+ * With --launches: nvcc 13's kernel launches instead (launches()).
+ * With --wait (last): prints "ready" and waits for a line before the work. */
 #include "cuda_fake.h"
 #include "module_function.h"
 #include <stdio.h>
@@ -27,6 +28,7 @@ __attribute__((noinline)) void n13_kern(int n) { sink += n + 4; }
 __attribute__((noinline)) void n13_ch3(int n) { sink += n + 5; }
 __attribute__((noinline)) void n13_r1(int n) { sink += n + 6; }
 __attribute__((noinline)) void n13_r2(int n) { sink += n + 7; }
+__attribute__((noinline)) void n13_nvcc(int n) { sink += n + 8; }
 
 static void check(int rc, const char *what) {
   if (rc != 0) {
@@ -108,13 +110,27 @@ static void run(cudaGraph_t g, int times) {
   for (int i = 0; i < times; i++) check(cudaGraphLaunch(x, NULL), "launch");
 }
 
+/* --launches: nvcc 13's <<<>>> launch, 5 times (crt/host_runtime.h: the kernel's handle
+ * from __cudaGetKernel, once, then __cudaLaunchKernel). */
+static int launches(void) {
+  cudaKernel_t handle;
+  void *args[1] = {NULL};
+  check(__cudaGetKernel(&handle, (const void *)n13_nvcc), "get n13_nvcc");
+  for (int i = 0; i < 5; i++)
+    check(__cudaLaunchKernel(handle, (dim3){4, 1, 1}, (dim3){64, 1, 1}, args, 0, NULL),
+          "__cudaLaunchKernel");
+  printf("done\n");
+  return 0;
+}
+
 int main(int argc, char **argv) {
-  if (argc > 1 && strcmp(argv[1], "--wait") == 0) {
+  if (strcmp(argv[argc - 1], "--wait") == 0) {
     printf("ready\n");
     fflush(stdout);
     char line[16];
     if (!fgets(line, sizeof line, stdin)) return 3;
   }
+  if (argc > 1 && strcmp(argv[1], "--launches") == 0) return launches();
   cudaGraph_t g = kernels(n13_a, n13_b);
   cudaGraphNodeParams np;
   memset(&np, 0, sizeof np);
