@@ -4,8 +4,9 @@ Ctrl-C sends SIGINT to the terminal's foreground process group. Started straight
 Makefile recipe, a long-running command (`make demo`) shares that group with `make`,
 which then dies of the signal ("make: *** [demo] Interrupt", exit 2) however cleanly the
 command itself stops. Here the command gets a process group of its own and the terminal:
-Ctrl-C reaches it alone, and this exits with its exit status. Without a terminal (CI, a
-pipe) the command just runs.
+Ctrl-C reaches it alone, and this exits with its exit status. SIGINT and SIGQUIT are
+given back their default action for it, should make have been started with them ignored.
+Without a terminal (CI, a pipe) the command just runs.
 
 Usage: python3 scripts/foreground.py COMMAND [ARG...]
 """
@@ -35,6 +36,11 @@ def main(argv: list[str]) -> int:
         os.setpgid(0, 0)
         os.tcsetpgrp(tty, os.getpgid(0))
         signal.signal(signal.SIGTTOU, signal.SIG_DFL)
+        # make may have been started with SIGINT ignored (from a background job, nohup, a
+        # CI runner), and a shell cannot trap a signal ignored when it started: Ctrl-C
+        # would do nothing. The terminal's foreground job gets it, as from a login shell.
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
     proc = subprocess.Popen(argv, preexec_fn=take_terminal)
     try:

@@ -41,6 +41,9 @@ class _Terminal:
         self.pid, self.fd = pty.fork()
         if self.pid == 0:  # the child: a new session whose controlling terminal is the pty
             os.chdir(REPO)
+            # As a CI runner, nohup or a background job starts it: with SIGINT ignored,
+            # which `make demo` must undo for Ctrl-C to stop it.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
             os.execvpe(argv[0], argv, env)
         self.output = b""
 
