@@ -44,11 +44,11 @@ trap stop EXIT
 trap 'exit 0' INT
 trap 'exit 143' TERM
 
-# A process in a session of its own (see the loop at the end), its output in $work/NAME.log.
+# A process in the background, its output in $work/NAME.log.
 start() {  # name, the file for its standard output ("": its log too), command...
   local name=$1 out=$2 log="$work/$1.log"
   shift 2
-  if [ -z "$out" ]; then setsid "$@" >"$log" 2>&1 & else setsid "$@" >"$out" 2>"$log" & fi
+  if [ -z "$out" ]; then "$@" >"$log" 2>&1 & else "$@" >"$out" 2>"$log" & fi
   pids+=($!) names+=("$name")
 }
 
@@ -123,10 +123,9 @@ cat <<TXT
 TXT
 echo "DEMO READY" >&2
 
-# Run until Ctrl-C, or until one of the processes dies. The processes have sessions of
-# their own (started through setsid): Ctrl-C reaches this shell alone, which stops them
-# in order, so none is found gone because of it. The shell waits in `wait`, which a
-# trapped signal interrupts at once.
+# Run until Ctrl-C, or until one of the processes dies. The shell waits in `wait`, which
+# a trapped signal interrupts at once: Ctrl-C, which the processes get too, is acted on
+# before one of them is found gone.
 while true; do
   for i in "${!pids[@]}"; do
     kill -0 "${pids[$i]}" 2>/dev/null || {
