@@ -464,7 +464,8 @@ GPU_CUDA_ERRORS = Counter(
     "CUDA calls that returned an error (not counted as launches, copies, allocations or "
     "synchronisations).", C, CudaErrorLabels,
     sources="the return value of every probed call (uretprobes); names from the CUDA "
-    "libraries' own cudaGetErrorName/cuGetErrorName",
+    "libraries' own cudaGetErrorName/cuGetErrorName (libcudart 11.8, 12.9, 13.x; libcuda "
+    "535 and the CUresult enum of CUDA 12.9/13.x's cuda.h), the number for a newer code",
 )
 
 # --- host --------------------------------------------------------------------------------

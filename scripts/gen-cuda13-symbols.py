@@ -13,14 +13,14 @@ checked against the headers only (docs/ebpf.md, "CUDA 13").
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import tempfile
-import zipfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+
+from nvidia_wheels import wheel_files  # noqa: E402  (scripts/nvidia_wheels.py)
 
 from gpu_exporter.ebpf import abi  # noqa: E402
 from gpu_exporter.ebpf.elf import ElfFile  # noqa: E402
@@ -30,16 +30,8 @@ FIXTURE = REPO / "tests/fixtures/cuda/real-symbols-13.txt"
 
 def runtime(spec: str, into: Path) -> tuple[str, Path]:
     """The wheel's version (major.minor) and its libcudart.so.13, unpacked into `into`."""
-    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                    "--platform", "manylinux2014_x86_64", "--python-version", "3.11",
-                    "-d", str(into), f"nvidia-cuda-runtime{spec}"], check=True)
-    wheel = sorted(into.glob("nvidia_cuda_runtime-*.whl"))[-1]
-    version = wheel.name.split("-")[1]
-    with zipfile.ZipFile(wheel) as z:
-        name = next(n for n in z.namelist() if n.endswith("/libcudart.so.13"))
-        z.extract(name, into)
-    wheel.unlink()
-    return ".".join(version.split(".")[:2]), into / name
+    version, (lib,) = wheel_files(f"nvidia-cuda-runtime{spec}", into, "/libcudart.so.13")
+    return ".".join(version.split(".")[:2]), lib
 
 
 def main() -> None:

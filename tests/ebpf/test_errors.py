@@ -12,7 +12,7 @@ import pytest
 
 from gpu_exporter.ebpf import cuda_errors
 from tests.ebpf.conftest import Build, Workload, copy_program, only_ebpf_args, wait_attached
-from tests.helpers import Series, exporter, find, parse, promtool_check_metrics, value
+from tests.helpers import REPO, Series, exporter, find, parse, promtool_check_metrics, value
 
 RUNTIME_FAILS = ",".join([
     "cudaLaunchKernel=100x2",  # cudaErrorNoDevice, the first two launches
@@ -22,6 +22,10 @@ RUNTIME_FAILS = ",".join([
     "cudaGraphLaunch=12345x1",  # no such code: reported by its number
 ])
 DRIVER_FAILS = "cuLaunchKernel=3x1,cuMemcpyHtoD_v2=201"  # NOT_INITIALIZED; INVALID_CONTEXT
+# Codes newer than libcudart 11.8 and libcuda 535, named from CUDA 12.x and 13.x
+NEWER_RUNTIME_FAILS = "cudaMalloc=227x1"  # cudaErrorInsufficientLoaderVersion, 13.0
+NEWER_DRIVER_FAILS = "cuLaunchKernel=226x1"  # CUDA_ERROR_CONTAINED, 12.x
+FIXTURE = REPO / "tests/fixtures/cuda/error-names.txt"
 
 
 @dataclass(frozen=True)
@@ -39,7 +43,11 @@ def run(cuda_build: Build) -> Iterator[Run]:
         ws = [Workload([copy_program(cuda_build, "workload", "wl_fails"), "runtime", "1"],
                        env={"FAKE_CUDA_FAIL": RUNTIME_FAILS}),
               Workload([copy_program(cuda_build, "driver_only", "drv_fails"), "driver", "7"],
-                       env={"FAKE_CUDA_FAIL": DRIVER_FAILS})]
+                       env={"FAKE_CUDA_FAIL": DRIVER_FAILS}),
+              Workload([copy_program(cuda_build, "workload", "wl_fails13"), "runtime", "1"],
+                       env={"FAKE_CUDA_FAIL": NEWER_RUNTIME_FAILS}),
+              Workload([copy_program(cuda_build, "driver_only", "drv_fails13"), "driver", "7"],
+                       env={"FAKE_CUDA_FAIL": NEWER_DRIVER_FAILS})]
         wait_attached(exp, cuda_build.dir)
         for w in ws:
             w.go()
@@ -65,6 +73,12 @@ def test_failed_calls_counted_by_call_and_error_name(run: Run) -> None:
         ("cuLaunchKernel", "CUDA_ERROR_NOT_INITIALIZED"): 1,
         ("cuMemcpyHtoD", "CUDA_ERROR_INVALID_CONTEXT"): 2,
     }
+
+
+def test_error_codes_of_cuda_12_and_13_counted_by_name(run: Run) -> None:
+    assert errors(run, "wl_fails13") == {
+        ("cudaMalloc", "cudaErrorInsufficientLoaderVersion"): 1}
+    assert errors(run, "drv_fails13") == {("cuLaunchKernel", "CUDA_ERROR_CONTAINED"): 1}
 
 
 def test_failed_calls_are_not_counted_as_work(run: Run) -> None:
@@ -109,14 +123,44 @@ def test_failed_synchronise_is_no_sync_and_no_duration_sample(run: Run) -> None:
     assert durations == {"vecAdd": 1}
 
 
+def recorded_names() -> dict[str, dict[str, dict[int, str]]]:
+    """tests/fixtures/cuda/error-names.txt: per side, per source (oldest first), the
+    names NVIDIA's libraries and headers give, as scripts/gen-cuda-errors.py read them."""
+    found: dict[str, dict[str, dict[int, str]]] = {"runtime": {}, "driver": {}}
+    for line in FIXTURE.read_text().splitlines():
+        if line and not line.startswith("#"):
+            side, source, code, name = line.split("\t")
+            found[side].setdefault(source, {})[int(code)] = name
+    return found
+
+
+def test_error_names_are_the_real_libraries_newest_first() -> None:
+    recorded = recorded_names()
+    assert [s.split()[0] for s in recorded["runtime"]] == ["libcudart"] * 3
+    assert [s.split()[0] for s in recorded["driver"]] == ["libcuda", "cuda.h", "cuda.h"]
+    assert list(recorded["runtime"])[-1].split()[1].startswith("13.")
+    assert list(recorded["driver"])[-1].split()[1].startswith("13.")
+    for side, table in (("runtime", cuda_errors.RUNTIME), ("driver", cuda_errors.DRIVER)):
+        newest: dict[int, str] = {}
+        for names in recorded[side].values():
+            newest.update(names)
+        assert table == newest, side
+    # The CUDA 12/13 driver names come from cuda.h's CUresult enum: cuGetErrorName
+    # returns its identifiers, as every name the real libcuda gives shows.
+    (_, libcuda), *headers = recorded["driver"].items()
+    for source, enum in headers:
+        assert {code: enum.get(code) for code in libcuda} == libcuda, source
+
+
 def test_error_names_are_the_cuda_libraries_own() -> None:
-    # From cudaGetErrorName / cuGetErrorName of NVIDIA's libcudart 11.8 and libcuda 535
-    # (scripts/gen-cuda-errors.py): spot checks against the CUDA headers' enums.
+    # Spot checks against the CUDA headers' enums.
     assert cuda_errors.RUNTIME[35] == "cudaErrorInsufficientDriver"
     assert cuda_errors.RUNTIME[100] == "cudaErrorNoDevice"
     assert cuda_errors.RUNTIME[999] == "cudaErrorUnknown"
+    assert cuda_errors.RUNTIME[917] == "cudaErrorStreamDetached"  # 13.0
     assert cuda_errors.DRIVER[3] == "CUDA_ERROR_NOT_INITIALIZED"
     assert cuda_errors.DRIVER[100] == "CUDA_ERROR_NO_DEVICE"
+    assert cuda_errors.DRIVER[919] == "CUDA_ERROR_FABRIC_NOT_READY"  # 13.0
     assert 0 not in cuda_errors.RUNTIME and 0 not in cuda_errors.DRIVER  # success
     assert all(n.startswith("cudaError") for n in cuda_errors.RUNTIME.values())
     assert all(n.startswith("CUDA_ERROR_") for n in cuda_errors.DRIVER.values())
