@@ -7,7 +7,8 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -149,6 +150,23 @@ def probe_points(lib: str, symbol: str) -> list[Any]:
     cookie = abi.cookie(abi.INDEX[symbol])
     return [attach.Point(offset, probe.program, False, cookie),
             attach.Point(offset, abi.return_program(probe), True, cookie)]
+
+
+@contextmanager
+def engine() -> Iterator[Any]:
+    """The collector's eBPF engine in this process (probes.Engine, started: probes on the
+    CUDA files mapped now, its event loop running), with process ids, rescanned only when
+    the test says; closed after."""
+    import bcc
+
+    from gpu_exporter.ebpf.probes import Engine
+
+    e = Engine("/proc", names_max=64, pid_label=True, rescan_interval=3600)
+    e.start(bcc)
+    try:
+        yield e
+    finally:
+        e.close()
 
 
 def wait_until(cond: Callable[[], bool], what: str, timeout: float = 20) -> None:

@@ -16,6 +16,7 @@ from tests.ebpf.conftest import (
     Build,
     Workload,
     attached,
+    engine,
     only_ebpf_args,
     wait_attached,
     wait_until,
@@ -234,29 +235,20 @@ def test_an_exited_process_is_held_until_its_graph_events_are_read(cuda_build: B
     loop has not read yet (a busy loop, a slow machine). However many reads come first,
     its launches wait for those events, and are then counted by name, exactly: never
     given up as unknown while the events are there to read."""
-    import bcc
-
-    from gpu_exporter.ebpf.probes import Engine
-
-    engine = Engine("/proc", names_max=64, pid_label=True, rescan_interval=3600)
-    engine.start(bcc)
-    try:
+    with engine() as e:
         w = Workload([cuda_build.path("graphs")], {"FAKE_CUDA_FAIL": "cuStreamEndCapture=901x1"})
-        engine.rescan()
-        engine._stop.set()  # the event loop stops: nothing reads the events from here on
-        assert engine._thread is not None
-        engine._thread.join(10)
+        e.rescan()
+        e._stop.set()  # the event loop stops: nothing reads the events from here on
+        e._thread.join(10)
 
         def by_name() -> dict[str, int]:
-            return {x.kernel_name: x.count for x in engine.read().launches
+            return {x.kernel_name: x.count for x in e.read().launches
                     if x.pid == w.proc.pid and x.api == "graph"}
 
         w.go()
         for _ in range(10):  # the exited process is held back, its named launches too
             assert by_name() == {"unknown": GRAPH["unknown"]}
             time.sleep(0.05)
-        engine.pump(0)
-        engine.pump(0)
+        e.pump(0)
+        e.pump(0)
         assert by_name() == GRAPH
-    finally:
-        engine.close()

@@ -20,6 +20,7 @@ from tests.ebpf.conftest import (
     Workload,
     attached,
     breakpoint_set,
+    engine,
     fresh_copy,
     only_ebpf_args,
     probe_address,
@@ -254,10 +255,7 @@ def test_a_file_whose_mapper_exits_during_the_attach_is_tried_again(cuda_build: 
     next process that maps it, and that process is counted."""
     import os
 
-    import bcc
-
     from gpu_exporter.ebpf.discovery import Candidate
-    from gpu_exporter.ebpf.probes import Engine
 
     d = fresh_copy(cuda_build, tmp_path / "img", programs=("driver_only",))
     lib = str(d / "libcuda.so.1")
@@ -265,18 +263,14 @@ def test_a_file_whose_mapper_exits_during_the_attach_is_tried_again(cuda_build: 
     file = (f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}", st.st_ino)
     gone = subprocess.Popen(["true"])
     gone.wait()
-    engine = Engine("/proc", names_max=16, pid_label=True, rescan_interval=3600)
-    engine.start(bcc)
-    try:
+    with engine() as e:
         # What the scan found, opened after its process exited.
-        engine._attach_new([Candidate(file, gone.pid, lib,
-                                      f"/proc/{gone.pid}/map_files/7f0000000000-7f0000001000")])
-        assert lib not in engine.read().attached_libraries
+        e._attach_new([Candidate(file, gone.pid, lib,
+                                 f"/proc/{gone.pid}/map_files/7f0000000000-7f0000001000")])
+        assert lib not in e.read().attached_libraries
         w = Workload([str(d / "driver_only"), "driver", "3"])
-        engine.rescan()
-        assert lib in engine.read().attached_libraries
+        e.rescan()
+        assert lib in e.read().attached_libraries
         w.go()
-        launches = [x for x in engine.read().launches if x.pid == w.proc.pid]
+        launches = [x for x in e.read().launches if x.pid == w.proc.pid]
         assert sum(x.count for x in launches) == 3 + 2
-    finally:
-        engine.close()
