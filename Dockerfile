@@ -7,7 +7,7 @@
 #   docker build -t gpu-exporter .
 #   docker run -d --gpus all -p 9445:9445 gpu-exporter
 #
-# See README.md, "Run it: docker, compose, Kubernetes, systemd", for the eBPF run line.
+# See docs/deploy.md, "Docker", for the eBPF run line.
 FROM debian:bookworm-slim
 
 ARG VERSION=0.1.0

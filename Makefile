@@ -47,6 +47,7 @@ lint: venv
 docs: venv
 	$(PY) -m gpu_exporter.docs > docs/metrics.md
 	$(PY) -m gpu_exporter.ebpf.probe_table docs/ebpf.md
+	$(PY) scripts/gen-flags-doc.py
 
 # The kubelet PodResources messages are committed; regenerate after changing api.proto.
 # No .pyi: what the exporter reads of them is typed in gpu_exporter/podresources/messages.py.

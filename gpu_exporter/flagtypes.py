@@ -3,8 +3,8 @@
 Each raises ValueError with a message that says what is wrong; the CLI turns it into one
 line naming the flag, and exit 2. Numbers have bounds: a value the exporter cannot honour
 (`inf`, `1e10` seconds, a timer beyond what the OS can wait for) is refused where it
-enters, not found out later by a scrape. The README's input table states each bound; a
-test checks the table against the CLI.
+enters, not found out later by a scrape. The input table of docs/configuration.md states
+each bound; a test checks the table against the CLI.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ CLOCK_EVENT_REASONS: Mapping[str, int] = {
     "hw_power_brake": pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown,
     "display_clock_setting": pynvml.nvmlClocksEventReasonDisplayClockSetting,
 }
-# Health rule (README "NVIDIA"): failed when lost, when volatile uncorrected ECC errors
+# Health rule (docs/nvidia.md, "Health"): failed when lost, when volatile uncorrected ECC errors
 # are pending, when row remapping failed, or after an XID that means the GPU needs a
 # reset (48 double-bit ECC, 79 fallen off the bus, 95 uncontained ECC); degraded while
 # the hardware slows the clocks down or pages/rows wait to be retired/remapped.

@@ -1,9 +1,9 @@
-"""The README's input table, walked against the real CLI.
+"""The input table of docs/configuration.md, walked against the real CLI.
 
 Every flag and environment variable the exporter reads has a row; each row's bounds,
 accepted examples, refused examples and exit codes are what the real process does:
 `gpu-exporter check` for what start-up checks, `serve` for the bind. A flag added without
-a row, a bound changed without the README, or a refused example the CLI takes fails here.
+a row, a bound changed without the docs, or a refused example the CLI takes fails here.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from gpu_exporter import cli
 from tests.helpers import EXPORTER, REPO
 
 TICKED = re.compile(r"`([^`]+)`")
+DOC = REPO / "docs" / "configuration.md"
 
 
 @dataclass(frozen=True)
@@ -51,8 +52,8 @@ class Row:
 
 
 def _section(title: str) -> str:
-    text = (REPO / "README.md").read_text()
-    assert title in text, f"README has no {title!r}"
+    text = DOC.read_text()
+    assert title in text, f"docs/configuration.md has no {title!r}"
     return text.split(title, 1)[1].split("\n## ", 1)[0].split("\n### ", 1)[0]
 
 
@@ -64,7 +65,7 @@ def _rows() -> list[Row]:
             inputs, accepts, refused, exit_ = cells
             rows.append(Row(tuple(TICKED.findall(inputs)), accepts,
                             tuple(TICKED.findall(refused)), exit_))
-    assert len(rows) > 10, "README's input table not found or not parsed"
+    assert len(rows) > 10, "docs/configuration.md's input table not found or not parsed"
     return rows
 
 
@@ -207,18 +208,19 @@ def test_refused_values_exit_with_the_code_of_their_row(
 
 
 def _config_defaults() -> list[tuple[str, str]]:
-    """(flag, default) from the Configuration section's flag table."""
+    """(flag, default) from the flag reference of docs/configuration.md (generated from
+    the options by scripts/gen-flags-doc.py: this checks it against what the CLI does)."""
+    text = DOC.read_text()
+    assert "## Every flag" in text, "docs/configuration.md has no '## Every flag'"
+    table = text.split("<!-- flags:begin", 1)[1].split("<!-- flags:end -->", 1)[0]
     out = []
-    for line in _section("## Configuration").splitlines():
-        cells = [c.strip() for c in line.strip("|").split("|")]
-        if len(cells) != 3 or not cells[0].startswith("`--"):
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        if len(cells) != 4 or not cells[0].startswith("`--"):
             continue
         flags = [f for f in TICKED.findall(cells[0]) if not f.startswith("--no-")]
-        defaults = TICKED.findall(cells[1]) or [cells[1]]
-        if "<" in cells[0]:
-            continue  # --collector.<name>: per collector, in the collector table
-        out.extend(zip(flags, defaults * len(flags) if len(defaults) == 1 else defaults,
-                       strict=True))
+        defaults = [d.replace("\\|", "|") for d in TICKED.findall(cells[2])] or [cells[2]]
+        out.extend(zip(flags, defaults, strict=True))
     assert len(out) > 5, "Configuration's flag table not found"
     return out
 
@@ -228,7 +230,13 @@ def test_configuration_table_defaults_are_the_clis() -> None:
     assert res.returncode == 0, res.stderr
     effective = dict(re.match(r"(--[^=]+)=(\S*)", line).groups()  # type: ignore[union-attr]
                      for line in res.stdout.splitlines() if re.match(r"--[^=\s]+=", line))
+    # Switches are listed as `--flag` (on) or `--no-flag` (off).
+    switches = {m.group(2): "off" if m.group(1) else "on" for m in
+                re.finditer(r"^--(no-)?([^=\s]+)  #", res.stdout, re.M)}
     for flag, default in _config_defaults():
+        if default in ("on", "off"):
+            assert switches[flag[2:]] == default, (flag, default)
+            continue
         actual = effective[flag].strip("'")
         if default == "none":
             assert actual == "", (flag, actual)

@@ -1,5 +1,6 @@
-"""The README's copy-paste instructions, run: the docker run lines' exporter arguments and
-environment, and the TLS walk-through (its openssl command, its web.yml, its curl)."""
+"""The documentation's copy-paste instructions, run: the docker run lines' exporter
+arguments and environment (docs/deploy.md, and the README's own line), and the TLS
+walk-through (docs/tls-auth.md: its openssl command, its web.yml, its curl)."""
 
 from __future__ import annotations
 
@@ -16,14 +17,9 @@ from tests.helpers import REPO, require_tool, run_cli
 from tests.web.serve import tls_exporter
 
 README = REPO / "README.md"
+DEPLOY = REPO / "docs" / "deploy.md"
+TLS = REPO / "docs" / "tls-auth.md"
 IMAGE = "gpu-exporter:0.1.0"
-
-
-def section(title: str) -> str:
-    text = README.read_text()
-    start = text.index(f"\n## {title}\n")
-    end = text.find("\n## ", start + 1)
-    return text[start: end if end != -1 else len(text)]
 
 
 def shell_blocks(text: str) -> list[str]:
@@ -37,7 +33,7 @@ def commands(block: str) -> list[str]:
 
 def docker_runs() -> list[list[str]]:
     out = []
-    for block in shell_blocks(section("Run it: docker, compose, Kubernetes, systemd")):
+    for block in shell_blocks(DEPLOY.read_text()):
         for cmd in commands(block):
             if cmd.startswith("docker run"):
                 out.append(shlex.split(cmd.replace("$(hostname)", "readme-host")))
@@ -69,11 +65,26 @@ def test_docker_run_lines_start_the_real_exporter() -> None:
     assert "--cap-add" not in plain and "--privileged" not in plain + ebpf
 
 
+def test_readme_docker_line_is_the_documented_plain_run() -> None:
+    # The README's one-line container example (inline, in "Deploy it") runs what
+    # docs/deploy.md's plain run runs: the same image, mounts and exporter arguments.
+    lines = re.findall(r"`(docker run [^`]+)`", " ".join(README.read_text().split()))
+    assert len(lines) == 1, lines
+    short = shlex.split(lines[0])
+    plain = docker_runs()[0]
+
+    def mounts(words: list[str]) -> set[str]:
+        return {words[i + 1] for i, w in enumerate(words) if w == "-v"}
+
+    assert short[short.index(IMAGE):] == plain[plain.index(IMAGE):]
+    assert mounts(short) == mounts(plain) and "--gpus" in short
+    assert "--cap-add" not in short and "--privileged" not in short
+
+
 def test_tls_walkthrough_works_as_written(tmp_path: Path) -> None:
     openssl = require_tool("openssl")
     curl = require_tool("curl")
-    text = section("TLS and authentication")
-    block = shell_blocks(text)[0]
+    block = shell_blocks(TLS.read_text())[0]
     host = socket.gethostname()
     cmds = commands(block)
     # 1. The certificate command, exactly as written.

@@ -1,6 +1,7 @@
 """Set-up does what it says: `make run` installs the runtime only and its stdout is the
-exporter's alone, the package builds without a warning, and the README says what
-`make test` changes on the host (every set-up script, every mount, link and permission)."""
+exporter's alone, the package builds without a warning, docs/testing.md says what
+`make test` changes on the host (every set-up script, every mount, link and permission),
+and the README's test command is the one CI runs."""
 
 from __future__ import annotations
 
@@ -72,12 +73,12 @@ def test_the_package_builds_without_warnings(tmp_path: Path) -> None:
 
 
 def _make_test_section() -> str:
-    text = (REPO / "README.md").read_text()
-    start = text.index("**What `make test` changes on the machine.**")
-    return " ".join(text[start:text.index("\n## ", start)].split())
+    text = (REPO / "docs" / "testing.md").read_text()
+    start = text.index("\n## What `make test` changes on the machine\n")
+    return " ".join(text[start:text.index("\n## ", start + 1)].split())
 
 
-def test_readme_says_what_make_test_changes_on_the_host() -> None:
+def test_docs_say_what_make_test_changes_on_the_host() -> None:
     makefile = (REPO / "Makefile").read_text()
     recipe = makefile.split("\ntest:", 1)[1].split("\n\n", 1)[0]
     assert "system-deps" in recipe.splitlines()[0] and "setup-test-host.sh" in recipe
@@ -95,3 +96,16 @@ def test_readme_says_what_make_test_changes_on_the_host() -> None:
             assert "/lib/modules" in said and "linux-headers" in said, script.name
         for mode in re.findall(r"chmod (\S+)", body):
             assert mode in said, (script.name, mode)
+
+
+def test_readme_test_command_is_the_one_ci_runs() -> None:
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("\n## Test it\n", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"```sh\n(.*?)```", section, re.S)
+    assert block, section
+    commands = [line.split("#", 1)[0].strip() for line in block.group(1).splitlines()]
+    assert [c for c in commands if c] == ["make test"]
+    assert "(docs/testing.md)" in section
+    ci = [line.strip() for line in (REPO / ".ci" / "run").read_text().splitlines()
+          if line.strip() and not line.lstrip().startswith("#")]
+    assert ci[-1] == "make test", ci

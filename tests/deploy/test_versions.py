@@ -1,5 +1,5 @@
 """One version everywhere: the package, the image label, and the image tag that compose,
-Kubernetes and the README run."""
+Kubernetes, the README and docs/deploy.md run."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ def test_image_tags_follow_the_package_version() -> None:
                if i.keyword == "ARG" and i.args.startswith("VERSION="))
     assert arg == f"VERSION={__version__}"
     files = [REPO / "deploy/compose/compose.yaml", REPO / "deploy/kubernetes/base/daemonset.yaml",
-             REPO / "README.md"]
+             REPO / "README.md", REPO / "docs" / "deploy.md"]
     for path in files:
         tags = set(re.findall(r"\bgpu-exporter:(\d+\.\d+\.\d+[\w.+-]*)", path.read_text()))
         assert tags == {__version__}, (path, tags)

@@ -1,5 +1,5 @@
 """Config drill: every option, given a bad value by flag and by environment variable,
-stops the exporter with one clear line and the exit code the README documents.
+stops the exporter with one clear line and the exit code docs/configuration.md documents.
 
 tests/core/test_cli.py checks a hand-picked list; this walks every option the CLI has
 (global and per collector, present and future), so a new option cannot slip in without
@@ -138,9 +138,9 @@ def test_address_not_on_this_host_is_exit_3() -> None:
     assert "cannot listen on 192.0.2.1:9445" in _one_line(res.stderr)
 
 
-def test_readme_documents_the_exit_codes_the_cli_uses() -> None:
-    readme = (REPO / "README.md").read_text()
+def test_docs_state_the_exit_codes_the_cli_uses() -> None:
+    doc = (REPO / "docs" / "configuration.md").read_text()
     m = re.search(r"2 for configuration, 3 when the address cannot be bound, 4 for a "
-                  r"collector fault", " ".join(readme.split()))
-    assert m, "README's failure policy no longer states the exit codes"
+                  r"collector fault", " ".join(doc.split()))
+    assert m, "docs/configuration.md's failure policy no longer states the exit codes"
     assert (cli.EXIT_CONFIG, cli.EXIT_LISTEN, cli.EXIT_FAULT) == (2, 3, 4)
