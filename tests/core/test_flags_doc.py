@@ -12,6 +12,7 @@ from pathlib import Path
 from types import ModuleType
 
 from gpu_exporter import cli
+from gpu_exporter.collectors import REGISTRY
 from tests.helpers import REPO
 
 SCRIPT = REPO / "scripts" / "gen-flags-doc.py"
@@ -68,3 +69,11 @@ def test_a_stale_reference_fails_the_check(tmp_path: Path) -> None:
     # Without its markers the page is an error too, not silently left alone.
     stale.write_text("# Configuration\n")
     assert _check(stale).returncode == 1
+
+
+def test_collector_table_names_every_collector_with_its_default() -> None:
+    # The hand-written table of what each collector reads and needs, above the generated
+    # reference: one row per collector of the registry, its default as the CLI's.
+    text = DOC.read_text().split("| collector | default | reads | needs |", 1)[1]
+    rows = dict(re.findall(r"^\| `(\w+)` \| (on|off) \|", text.split("\n\n", 1)[0], re.M))
+    assert rows == {cls.name: "on" if cls.default_enabled else "off" for cls in REGISTRY}
