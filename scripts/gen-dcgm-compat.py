@@ -270,12 +270,14 @@ MAPPING: tuple[Field, ...] = (
           _per_second(f'hw_gpu_io_bytes_total{{{NV}, network_io_direction="transmit"}}'),
           ("hw_gpu_io_bytes_total",),
           "rate() of NVML's PCIe transmit byte counter over the rate window (DCGM: its "
-          "profiling counter averaged over its sample interval)"),
+          "profiling counter, headers included, averaged over its sample interval; NVML "
+          "does not say whether its count has the headers)"),
     Field("DCGM_FI_PROF_PCIE_RX_BYTES", "gauge", "B/s", True,
           _per_second(f'hw_gpu_io_bytes_total{{{NV}, network_io_direction="receive"}}'),
           ("hw_gpu_io_bytes_total",),
           "rate() of NVML's PCIe receive byte counter over the rate window (DCGM: its "
-          "profiling counter averaged over its sample interval)"),
+          "profiling counter, headers included, averaged over its sample interval; NVML "
+          "does not say whether its count has the headers)"),
     # Profiling fields beyond the default list, from the same GPM families
     Field("DCGM_FI_PROF_PIPE_TENSOR_HMMA_ACTIVE", "gauge", "", False,
           f'hw_gpu_pipe_active_ratio{{{NV}, hw_gpu_pipe="tensor_hmma"}}',
@@ -293,14 +295,16 @@ MAPPING: tuple[Field, ...] = (
           "sum without (nvlink) ("
           + _per_second(f'hw_gpu_nvlink_io_bytes_total{{{NV}, network_io_direction="transmit"}}')
           + ")", ("hw_gpu_nvlink_io_bytes_total",),
-          "rate() of the NVLink data bytes sent, all links (NVML counts payload only: DCGM's "
-          "profiling counter includes headers)", listed="dcgm fields"),
+          "rate() of the NVLink data bytes sent, all links: payload only (NVML's "
+          "THROUGHPUT_DATA), lower than DCGM's by the headers its profiling counter "
+          "includes", listed="dcgm fields"),
     Field("DCGM_FI_PROF_NVLINK_RX_BYTES", "gauge", "B/s", False,
           "sum without (nvlink) ("
           + _per_second(f'hw_gpu_nvlink_io_bytes_total{{{NV}, network_io_direction="receive"}}')
           + ")", ("hw_gpu_nvlink_io_bytes_total",),
-          "rate() of the NVLink data bytes received, all links (NVML counts payload only: "
-          "DCGM's profiling counter includes headers)", listed="dcgm fields"),
+          "rate() of the NVLink data bytes received, all links: payload only (NVML's "
+          "THROUGHPUT_DATA), lower than DCGM's by the headers its profiling counter "
+          "includes", listed="dcgm fields"),
 )
 
 # dcgm-exporter's label <- ours (a plain copy); gpu_index also makes `device`.

@@ -158,3 +158,16 @@ def test_the_pack_is_not_part_of_the_default_rule_pack() -> None:
         if path.is_file() and path.suffix in {".yaml", ".yml", ".json"}:
             assert "DCGM_FI_" not in path.read_text(errors="replace"), path
     assert PACK.parent != REPO / "alerts"
+
+
+def test_the_catalogues_dcgm_notes_agree_with_the_table() -> None:
+    """A family's `dcgm` note (docs/metrics.md) names the fields it equals: the table
+    makes each of those that it recreates from that family."""
+    rows = {f.name: f for f in FIELDS if f.recreated}
+    checked = 0
+    for family in BY_NAME.values():
+        for name in re.findall(r"DCGM_(?:FI|EXP)_[A-Z0-9_]+", family.dcgm):
+            if name in rows:
+                assert family.name in rows[name].families, (family.name, name)
+                checked += 1
+    assert checked >= 10, checked
