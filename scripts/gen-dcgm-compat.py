@@ -317,6 +317,8 @@ RENAMED = (
     ("pod", "k8s_pod_name"),
     ("container", "k8s_container_name"),
 )
+# A label of the rule's own making, dropped with ours: "<hw_parent>,<hw_id>".
+UUID_SOURCE = "dcgm_uuid_source"
 # hw_gpu_info's labels the series take from it.
 FROM_INFO = ("gpu_pci_bus_id", "hw_driver_version", "gpu_instance_id")
 # Our labels, dropped once copied: the device labels, the resource label renamed, the info
@@ -325,38 +327,50 @@ DROPPED = ("hw_id", "hw_parent", "hw_name", "hw_vendor", "gpu_index", "gpu_pci_a
            "gpu_mig_profile", "gpu_instance_id", "gpu_pci_bus_id", "hw_driver_version",
            "host_name", "k8s_namespace_name", "k8s_pod_name", "k8s_container_name",
            "sensor", "hw_gpu_clock_domain", "hw_gpu_task", "hw_type", "error_type",
-           "network_io_direction", "nvlink", "hw_gpu_pipe")
+           "network_io_direction", "nvlink", "hw_gpu_pipe", UUID_SOURCE)
 
 
 def expression(f: Field, hostname_label: str = HOSTNAME_LABEL,
                rate_window: str = RATE_WINDOW) -> str:
     """The recording rule's PromQL for a recreated field: the source, joined with
-    hw_gpu_info, wrapped in one label_replace per label made (listed after it, in the
-    order they apply), our labels dropped by the aggregation."""
-    x = f.source.replace("$RATE_WINDOW", rate_window)
-    made: list[tuple[str, str, str, str]] = []  # (dst, replacement, src, regex)
+    hw_gpu_info, wrapped in one label_replace or label_join per label made (their
+    arguments listed after it, in the order they apply), our labels dropped by the
+    aggregation.
 
-    def rename(dst: str, src: str, replacement: str = "$1", regex: str = "(.+)") -> None:
-        made.append((dst, replacement, src, regex))
+    Every regex matches every value, the empty one (an absent label) included: a
+    label_replace whose regex does not match leaves the series as it is in Prometheus,
+    but VictoriaMetrics 1.79 (Debian 12's) then writes a stale buffer into the label."""
+    made: list[tuple[str, tuple[str, ...]]] = []  # (function, its arguments after the vector)
+
+    def replace(dst: str, src: str, regex: str = "(.*)", replacement: str = "$1") -> None:
+        made.append(("label_replace", (dst, replacement, src, regex)))
+
+    def join(dst: str, separator: str, *src: str) -> None:
+        made.append(("label_join", (dst, separator, *src)))
+
+    def args(a: tuple[str, ...]) -> str:
+        return ", ".join(f'"{v}"' for v in a)
 
     # A MIG GPU instance shared by compute instances reports GPM on its parent's series
-    # with gpu_instance_id: keep it before the join takes hw_gpu_info's (absent there).
-    rename("GPU_I_ID", "gpu_instance_id")
-    inner = f"label_replace({x}, " + ", ".join(f'"{a}"' for a in made.pop()) + ")"
-    inner += (f"\n* on (instance, job, hw_id) group_left ({', '.join(FROM_INFO)})"
-              f" hw_gpu_info{{{NV}}}")
-    rename("GPU_I_ID", "gpu_instance_id")
+    # with gpu_instance_id: keep it, as the join takes hw_gpu_info's (absent there).
+    source = f.source.replace("$RATE_WINDOW", rate_window)
+    inner = (f'label_join({source}, "GPU_I_ID", "", "gpu_instance_id")\n'
+             f"* on (instance, job, hw_id) group_left ({', '.join(FROM_INFO)})"
+             f" hw_gpu_info{{{NV}}}")
+    # A MIG device's GPU instance, from hw_gpu_info (one of the two is empty).
+    join("GPU_I_ID", "", "GPU_I_ID", "gpu_instance_id")
     # The GPU instance's profile: a compute instance's "1c.2g.20gb" is in GPU instance
     # 2g.20gb, the profile dcgm-exporter names.
-    rename("GPU_I_PROFILE", "gpu_mig_profile", regex="(?:[0-9]+c[.])?(.+)")
-    # dcgm-exporter's UUID on a MIG series is the parent GPU's.
-    rename("UUID", "hw_id")
-    rename("UUID", "hw_parent")
-    rename("device", "gpu_index", "nvidia$1")
+    replace("GPU_I_PROFILE", "gpu_mig_profile", "(?:[0-9]+c[.])?(.*)")
+    # dcgm-exporter's UUID on a MIG series is the parent GPU's: the first of
+    # "<hw_parent>,<hw_id>" that is there.
+    join(UUID_SOURCE, ",", "hw_parent", "hw_id")
+    replace("UUID", UUID_SOURCE, ",?([^,]*).*")
+    replace("device", "gpu_index", "(.+)", "nvidia$1")  # gpu_index: always there
     for dst, src in (*RENAMED, (hostname_label, "host_name")):
-        rename(dst, src)
-    lines = ["label_replace("] * len(made) + [inner]
-    lines += [", " + ", ".join(f'"{a}"' for a in m) + ")" for m in made]
+        replace(dst, src)
+    lines = [f"{fn}(" for fn, _ in reversed(made)] + [inner]
+    lines += [f", {args(a)})" for _, a in made]
     # One series per dcgm-exporter series: compute instances of one GPU instance become
     # one (their values are the GPU instance's), as in dcgm-exporter.
     return f"max without ({', '.join(DROPPED)}) (\n" + "\n".join(lines) + "\n)"

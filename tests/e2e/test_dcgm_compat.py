@@ -24,7 +24,9 @@ from urllib.parse import quote
 import pytest
 
 from tests.e2e import fleet as fleet_mod
+from tests.fake_nvml import scenario as fake
 from tests.helpers import exporter
+from tests.nvidia.conftest import nvidia_only
 from tests.rules.dcgm_compat import AWAITING, DASHBOARD, generator
 from tests.servers import (
     QueryServer,
@@ -155,6 +157,9 @@ def test_each_recreated_field_has_data_with_dcgm_exporters_labels(
         labels = r["metric"]
         assert set(labels) >= DCGM_LABELS, (server, labels)
         assert not set(labels) & set(gen.DROPPED), (server, labels)
+        # no MIG and no pods here: none of the labels that come with them, not even empty
+        assert not set(labels) & {"GPU_I_ID", "GPU_I_PROFILE", "namespace", "pod",
+                                  "container"}, (server, labels)
         assert labels["device"] == f"nvidia{labels['gpu']}", labels
         assert labels["UUID"].startswith("GPU-"), labels
         assert NVML_BUS_ID.fullmatch(labels["pci_bus_id"]), labels
@@ -192,3 +197,57 @@ def test_values_are_in_dcgm_units(servers: Servers, server: str) -> None:
     ours = {r["metric"]["hw_id"] for r in s.query('hw_gpu_info{hw_vendor="nvidia"}')}
     theirs = {r["metric"]["UUID"] for r in s.query("DCGM_FI_DEV_GPU_TEMP")}
     assert ours == theirs, (ours, theirs)
+
+
+@pytest.fixture(scope="module")
+def mig_servers() -> Iterator[Servers]:
+    """The exporter on one simulated H100 in MIG mode (tests/fake_nvml mig_h100: GPU
+    instance 1 is 3g.40gb with one compute instance, GPU instance 2 is 2g.20gb split into
+    two), NVIDIA collector only, with the pack on both servers."""
+    with tempfile.TemporaryDirectory(prefix="dcgm-compat-mig-") as tmp, ExitStack() as es:
+        root = Path(tmp)
+        scenario = fake.mig_h100().write(root / "gpus.scenario")
+        pack = root / "dcgm-compat.rules.yml"
+        pack.write_text(gen.render_pack(interval="2s"))
+        exp = es.enter_context(exporter(nvidia_only(), fake.env(fake.build(), scenario)))
+        target = [scrape_config(JOB, [f"127.0.0.1:{exp.port}"])]
+        prom = es.enter_context(prometheus(scrape=target, rule_files=[pack]))
+        vm = es.enter_context(victoria_metrics(scrape=target))
+        am = es.enter_context(alertmanager())
+        es.enter_context(vmalert([pack], vm.url, am.url, remote_write_url=vm.url))
+        s = Servers(prom, vm)
+        for server in s:
+            server.wait_for('DCGM_FI_DEV_FB_USED{GPU_I_ID="2"}', 60)
+            server.wait_for('DCGM_FI_PROF_GR_ENGINE_ACTIVE{GPU_I_ID="2"}', 60)
+        yield s
+
+
+@pytest.mark.parametrize("server", ["prometheus", "victoriametrics"])
+def test_mig_series_carry_the_gpu_instance_as_dcgm_exporter_does(
+        mig_servers: Servers, server: str) -> None:
+    """One series per GPU instance (its compute instances folded into one), labelled
+    GPU_I_ID and GPU_I_PROFILE (the GPU instance's profile, not the compute instance's),
+    UUID the parent GPU's; the whole GPU's series without them."""
+    s: QueryServer = getattr(mig_servers, server)
+    parent = "GPU-h100a100-0000-1111-2222-333344445555"
+
+    def series(name: str) -> dict[tuple[str | None, str | None], float]:
+        out = {}
+        for r in s.query(name):
+            labels = r["metric"]
+            assert labels["UUID"] == parent and labels["gpu"] == "0", labels
+            assert labels["device"] == "nvidia0" and labels["pci_bus_id"] == "00000000:18:00.0"
+            assert not set(labels) & set(gen.DROPPED), labels
+            key = (labels.get("GPU_I_ID"), labels.get("GPU_I_PROFILE"))
+            assert key not in out, (name, labels)
+            out[key] = float(r["value"][1])
+        return out
+
+    # MiB: the GPU's 40 GiB; GPU instance 1's 1 GiB; GPU instance 2's compute instances
+    # (2 and 3 GiB in the simulation) as one series, the larger
+    assert series("DCGM_FI_DEV_FB_USED") == {
+        (None, None): 40960, ("1", "3g.40gb"): 1024, ("2", "2g.20gb"): 3072}
+    # GPM: the whole GPU, GPU instance 1 on its MIG device, GPU instance 2 (shared) on its
+    # parent's series with gpu_instance_id, where no profile is known
+    assert series("DCGM_FI_PROF_GR_ENGINE_ACTIVE") == {
+        (None, None): 0.85, ("1", "3g.40gb"): 0.7, ("2", None): 0.9}
