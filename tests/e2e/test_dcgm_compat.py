@@ -1,9 +1,10 @@
 """Proof that a switch from dcgm-exporter loses nothing: the exporter on the simulated node
-(fake NVML H100s under load), with the dcgm-exporter compatibility pack (alerts/dcgm/)
-loaded by a real Prometheus and by a real vmalert writing to a real VictoriaMetrics that
-scrapes the exporter. NVIDIA's own dcgm-exporter Grafana dashboard (every panel query, its
-template variables filled as Grafana fills them) and a query for each default counter the
-pack recreates return data on both servers, with dcgm-exporter's labels.
+(fake NVML H100s under load, a pod holding GPU 0: needs root and cgroup v2), with the
+dcgm-exporter compatibility pack (alerts/dcgm/) loaded by a real Prometheus and by a real
+vmalert writing to a real VictoriaMetrics that scrapes the exporter. NVIDIA's own
+dcgm-exporter Grafana dashboard (every panel query, its template variables filled as
+Grafana fills them) and a query for each default counter the pack recreates return data on
+both servers, with dcgm-exporter's labels; and an H100 in MIG mode, per GPU instance.
 
 Fields that read a family the exporter does not have yet (tests/rules/dcgm_compat.AWAITING)
 are checked by promtool (tests/rules/test_dcgm_compat.py), not here, until it lands.
@@ -24,6 +25,7 @@ from urllib.parse import quote
 import pytest
 
 from tests.e2e import fleet as fleet_mod
+from tests.e2e.pods import PodSpec, pods
 from tests.fake_nvml import scenario as fake
 from tests.helpers import exporter
 from tests.nvidia.conftest import nvidia_only
@@ -49,6 +51,8 @@ LIVE = [f for f in FIELDS
 # dcgm-exporter's labels on a GPU series (no MIG, no pods here), and the scrape's.
 DCGM_LABELS = {"gpu", "UUID", "pci_bus_id", "device", "modelName", "DCGM_FI_DRIVER_VERSION",
                "hostname", "instance", "job"}
+POD = PodSpec("ml", "train-0", "dc90e000-0000-4000-8000-000000000001", "trainer", "d1" * 32,
+              (fleet_mod.fake.h100(0).uuid,))
 NVML_BUS_ID = re.compile(r"[0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-7]")
 
 
@@ -65,9 +69,17 @@ class Servers:
 def servers() -> Iterator[Servers]:
     with tempfile.TemporaryDirectory(prefix="dcgm-compat-") as tmp, ExitStack() as es:
         root = Path(tmp)
-        fl = fleet_mod.build(root / "fleet")
-        # per link too, for DCGM_FI_DEV_NVLINK_BANDWIDTH_L0 (the totals sum the links)
-        fl.args.append("--collector.nvidia.nvlink-per-link")
+        # A pod holding GPU 0, and the exporter labelling devices with their pods
+        node = es.enter_context(pods(root, [POD]))
+        fl = fleet_mod.build(root / "fleet", workloads={
+            0: [fleet_mod.Workload(node.pids[POD.name], 30 * fleet_mod.GIB, True)]})
+        (fl.sysfs.root / "fs").mkdir(exist_ok=True)
+        (fl.sysfs.root / "fs" / "cgroup").symlink_to(node.root)
+        fl.args += [f"--processes.kubelet-socket={node.socket}",
+                    f"--processes.pod-log-dir={node.log_dir}",
+                    "--processes.kubernetes-device-labels",
+                    # per link too, for DCGM_FI_DEV_NVLINK_BANDWIDTH_L0 (totals sum links)
+                    "--collector.nvidia.nvlink-per-link"]
         driver = fleet_mod.LoadDriver(fl)
         driver.start()
         es.callback(driver.stop)
@@ -157,9 +169,11 @@ def test_each_recreated_field_has_data_with_dcgm_exporters_labels(
         labels = r["metric"]
         assert set(labels) >= DCGM_LABELS, (server, labels)
         assert not set(labels) & set(gen.DROPPED), (server, labels)
-        # no MIG and no pods here: none of the labels that come with them, not even empty
-        assert not set(labels) & {"GPU_I_ID", "GPU_I_PROFILE", "namespace", "pod",
-                                  "container"}, (server, labels)
+        # no MIG here: none of its labels, not even empty; the pod's on GPU 0 alone
+        assert not set(labels) & {"GPU_I_ID", "GPU_I_PROFILE"}, (server, labels)
+        pod = {k: labels[k] for k in ("namespace", "pod", "container") if k in labels}
+        want = {"namespace": "ml", "pod": "train-0", "container": "trainer"}
+        assert pod == (want if labels["gpu"] == "0" else {}), (server, labels)
         assert labels["device"] == f"nvidia{labels['gpu']}", labels
         assert labels["UUID"].startswith("GPU-"), labels
         assert NVML_BUS_ID.fullmatch(labels["pci_bus_id"]), labels
