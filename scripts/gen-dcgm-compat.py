@@ -86,7 +86,7 @@ _VIOLATION = ("throttling time is not read: hw_gpu_clock_throttle_active{reason}
               "whether each clock event reason is active now, not how long it was "
               "(nvmlDeviceGetViolationStatus is not called)")
 _INFOROM = "not read (inforom and brand are not exported)"
-_PENDING_RETIRED = "hw_gpu_memory_retired_pages_total"
+_RETIRED = "hw_gpu_memory_retired_pages_total"
 
 MAPPING: tuple[Field, ...] = (
     # Clocks
@@ -180,10 +180,10 @@ MAPPING: tuple[Field, ...] = (
         "hw_errors_total")),
     # Retired pages
     Field("DCGM_FI_DEV_RETIRED_SBE", "counter", "", False,
-          f'{_PENDING_RETIRED}{{{NV}, error_type="corrected"}}', (_PENDING_RETIRED,),
+          f'{_RETIRED}{{{NV}, error_type="corrected"}}', (_RETIRED,),
           "the same count"),
     Field("DCGM_FI_DEV_RETIRED_DBE", "counter", "", False,
-          f'{_PENDING_RETIRED}{{{NV}, error_type="uncorrected"}}', (_PENDING_RETIRED,),
+          f'{_RETIRED}{{{NV}, error_type="uncorrected"}}', (_RETIRED,),
           "the same count"),
     Field("DCGM_FI_DEV_RETIRED_PENDING", "counter", "", False,
           f"hw_gpu_memory_retired_pages_pending{{{NV}}}",
