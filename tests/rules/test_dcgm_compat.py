@@ -158,6 +158,11 @@ def test_the_pack_is_not_part_of_the_default_rule_pack() -> None:
         if path.is_file() and path.suffix in {".yaml", ".yml", ".json"}:
             assert "DCGM_FI_" not in path.read_text(errors="replace"), path
     assert PACK.parent != REPO / "alerts"
+    # the globs the shipped configurations load alerts/ with (compose, demo, README)
+    for pattern in ("alerts/*.yml", "alerts/*.rules.yml"):
+        assert PACK not in set(REPO.glob(pattern)), pattern
+    compose = (REPO / "deploy" / "compose").rglob("*.y*ml")
+    assert all("dcgm" not in p.read_text() for p in compose)
 
 
 def test_the_catalogues_dcgm_notes_agree_with_the_table() -> None:
