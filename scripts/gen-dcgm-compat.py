@@ -228,6 +228,9 @@ MAPPING: tuple[Field, ...] = (
     Field("DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "", True,
           f"hw_gpu_memory_row_remap_failure{{{NV}}}", ("hw_gpu_memory_row_remap_failure",),
           "the same (0/1)"),
+    Field("DCGM_FI_DEV_ROW_REMAP_PENDING", "gauge", "", False,
+          f"hw_gpu_memory_row_remap_pending{{{NV}}}", ("hw_gpu_memory_row_remap_pending",),
+          "the same (0/1)", listed="dcgm fields"),
     # Static configuration: labels of every series
     Field("DCGM_FI_DRIVER_VERSION", "label", "", True, reason=(
         "a label, not a metric: every recreated series carries it, from hw_gpu_info's "

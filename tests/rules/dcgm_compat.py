@@ -26,6 +26,7 @@ DEFAULT_COUNTERS = FIXTURES / "default-counters.csv"
 AWAITING: frozenset[str] = frozenset({
     "hw_gpu_memory_reserved_bytes",
     "hw_gpu_memory_remapped_rows_total",
+    "hw_gpu_memory_row_remap_pending",
     "hw_gpu_memory_row_remap_failure",
     "hw_gpu_memory_retired_pages_total",
     "hw_gpu_memory_retired_pages_pending",
