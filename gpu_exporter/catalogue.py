@@ -50,12 +50,19 @@ class GpuInfoLabels(TypedDict, total=False):  # each when the device reports it
     hw_driver_version: str
     hw_firmware_version: str
     hw_serial_number: str
+    # NVIDIA: the PCI bus id in NVML's own form (00000000:3B:00.0), dcgm-exporter's
+    # pci_bus_id, which PromQL cannot make from gpu_pci_address (it cannot upper-case)
+    gpu_pci_bus_id: str
+    gpu_instance_id: str  # MIG devices: NVML's GPU instance id (dcgm-exporter's GPU_I_ID)
 
 
 HW_GPU_INFO = Gauge(
     "hw_gpu_info", "GPU identity, always 1; join on hw_id.", D, GpuInfoLabels,
-    sources="NVML name/serial/VBIOS, driver version; amdgpu product_name, vbios_version, "
-    "serial_number; Intel PCI ids",
+    sources="NVML name/serial/VBIOS, driver version, PCI info busId, MIG GPU instance id; "
+    "amdgpu product_name, vbios_version, serial_number; Intel PCI ids",
+    dcgm="the labels of every dcgm-exporter series: pci_bus_id (gpu_pci_bus_id), "
+    "DCGM_FI_DRIVER_VERSION (hw_driver_version), GPU_I_ID (gpu_instance_id); "
+    "alerts/dcgm/ recreates dcgm-exporter's metrics from these",
 )
 HW_GPU_UP = Gauge(
     "hw_gpu_up",

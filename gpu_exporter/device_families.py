@@ -40,7 +40,9 @@ def emit(r: GpuReading, out: Emitted) -> None:
     ident = r.identity
     info = known(c.GpuInfoLabels, hw_model=ident.model, hw_driver_version=ident.driver_version,
                  hw_firmware_version=ident.firmware_version,
-                 hw_serial_number=ident.serial_number)
+                 hw_serial_number=ident.serial_number, gpu_pci_bus_id=ident.nvml_bus_id,
+                 gpu_instance_id=None if ident.gpu_instance_id is None
+                 else str(ident.gpu_instance_id))
     c.HW_GPU_INFO.emit(out, 1, info, dev)
     c.HW_GPU_UP.emit(out, 1 if r.up else 0, {}, dev)
     for task, ratio in r.utilization_ratio.items():

@@ -50,6 +50,10 @@ class GpuIdentity:
     serial_number: str | None = None
     parent_hw_id: str | None = None  # MIG: the parent GPU's hw_id
     mig_profile: str | None = None  # MIG: e.g. "1g.10gb"
+    # NVIDIA: the PCI bus id as NVML writes it (00000000:3B:00.0), which dcgm-exporter's
+    # pci_bus_id label carries and PromQL cannot make from pci_address (no upper-casing)
+    nvml_bus_id: str | None = None
+    gpu_instance_id: int | None = None  # MIG: NVML's GPU instance id (DCGM's GPU_I_ID)
 
     @property
     def key(self) -> str:

@@ -114,7 +114,7 @@ def _discover(index: int, version: str | None, events: XidListener | None,
         hw_id=uuid, name=name, vendor="nvidia", pci_address=address,
         order_key=(index,), model=str(part) if part else None, driver_version=version,
         firmware_version=str(vbios) if vbios else None,
-        serial_number=str(serial) if serial else None,
+        serial_number=str(serial) if serial else None, nvml_bus_id=bus_id or None,
     )
     plan = FieldPlan()
     migs = _migs(handle, identity)
@@ -213,7 +213,8 @@ def _migs(handle: Any, parent: GpuIdentity) -> tuple[NvmlDevice, ...]:
                        ci if ci is not None else -1),
             model=parent.model, driver_version=parent.driver_version,
             firmware_version=parent.firmware_version, parent_hw_id=parent.hw_id,
-            mig_profile=profile if sep else None,
+            mig_profile=profile if sep else None, nvml_bus_id=parent.nvml_bus_id,
+            gpu_instance_id=gi,
         )
         migs.append(NvmlDevice(identity, mig, slot, instance=(gi, ci)))
     return tuple(migs)

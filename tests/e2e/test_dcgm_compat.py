@@ -1,0 +1,267 @@
+"""Proof that a switch from dcgm-exporter loses nothing: the exporter on the simulated node
+(fake NVML H100s under load, a pod holding GPU 0: needs root and cgroup v2), with the
+dcgm-exporter compatibility pack (alerts/dcgm/) loaded by a real Prometheus and by a real
+vmalert writing to a real VictoriaMetrics that scrapes the exporter. NVIDIA's own
+dcgm-exporter Grafana dashboard (every panel query, its template variables filled as
+Grafana fills them) and a query for each default counter the pack recreates return data on
+both servers, with dcgm-exporter's labels; and an H100 in MIG mode, per GPU instance.
+
+Fields that read a family the exporter does not have yet (tests/rules/dcgm_compat.AWAITING)
+are checked by promtool (tests/rules/test_dcgm_compat.py), not here, until it lands.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tempfile
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+
+from tests.e2e import fleet as fleet_mod
+from tests.e2e.pods import PodSpec, pods
+from tests.fake_nvml import scenario as fake
+from tests.helpers import exporter
+from tests.nvidia.conftest import nvidia_only
+from tests.rules.dcgm_compat import AWAITING, DASHBOARD, generator
+from tests.servers import (
+    QueryServer,
+    alertmanager,
+    prometheus,
+    scrape_config,
+    victoria_metrics,
+    vmalert,
+)
+
+JOB = "gpu-exporter"
+gen = generator()
+FIELDS = gen.MAPPING
+# Page retirement is the memory repair of GPUs before Ampere (these remap rows instead):
+# the simulated H100s have none to report.
+NOT_ON_H100 = {"hw_gpu_memory_retired_pages_total", "hw_gpu_memory_retired_pages_pending"}
+# Every field the pack recreates from families the exporter has now.
+LIVE = [f for f in FIELDS
+        if f.recreated and not set(f.families) & (AWAITING | NOT_ON_H100)]
+# dcgm-exporter's labels on a GPU series (no MIG, no pods here), and the scrape's.
+DCGM_LABELS = {"gpu", "UUID", "pci_bus_id", "device", "modelName", "DCGM_FI_DRIVER_VERSION",
+               "hostname", "instance", "job"}
+POD = PodSpec("ml", "train-0", "dc90e000-0000-4000-8000-000000000001", "trainer", "d1" * 32,
+              (fleet_mod.fake.h100(0).uuid,))
+NVML_BUS_ID = re.compile(r"[0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-7]")
+
+
+@dataclass
+class Servers:
+    prometheus: QueryServer
+    victoriametrics: QueryServer
+
+    def __iter__(self) -> Iterator[QueryServer]:
+        return iter((self.prometheus, self.victoriametrics))
+
+
+@pytest.fixture(scope="module")
+def servers() -> Iterator[Servers]:
+    with tempfile.TemporaryDirectory(prefix="dcgm-compat-") as tmp, ExitStack() as es:
+        root = Path(tmp)
+        # A pod holding GPU 0, and the exporter labelling devices with their pods
+        node = es.enter_context(pods(root, [POD]))
+        fl = fleet_mod.build(root / "fleet", workloads={
+            0: [fleet_mod.Workload(node.pids[POD.name], 30 * fleet_mod.GIB, True)]})
+        (fl.sysfs.root / "fs").mkdir(exist_ok=True)
+        (fl.sysfs.root / "fs" / "cgroup").symlink_to(node.root)
+        fl.args += [f"--processes.kubelet-socket={node.socket}",
+                    f"--processes.pod-log-dir={node.log_dir}",
+                    "--processes.kubernetes-device-labels",
+                    # per link too, for DCGM_FI_DEV_NVLINK_BANDWIDTH_L0 (totals sum links)
+                    "--collector.nvidia.nvlink-per-link"]
+        driver = fleet_mod.LoadDriver(fl)
+        driver.start()
+        es.callback(driver.stop)
+        # The pack as shipped but for its group interval (30s: dcgm-exporter's default
+        # collection interval), lowered so that the test has data within seconds.
+        pack = root / "dcgm-compat.rules.yml"
+        pack.write_text(gen.render_pack(interval="2s"))
+        exp = es.enter_context(exporter(fl.args, fl.env))
+        target = [scrape_config(JOB, [f"127.0.0.1:{exp.port}"])]
+        prom = es.enter_context(prometheus(scrape=target, rule_files=[pack]))
+        vm = es.enter_context(victoria_metrics(scrape=target))
+        am = es.enter_context(alertmanager())
+        es.enter_context(vmalert([pack], vm.url, am.url, remote_write_url=vm.url))
+        s = Servers(prom, vm)
+        for server in s:
+            # the rate() fields are the last to have data: two scrapes, then a rule run
+            server.wait_for("DCGM_FI_PROF_PCIE_TX_BYTES", 90)
+            server.wait_for("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", 60)
+        yield s
+
+
+def _values(server: QueryServer, definition: str) -> list[str]:
+    """Grafana's label_values(metric, label): the series API."""
+    m = re.fullmatch(r"label_values\((\w+),\s*(\w+)\)", definition)
+    assert m, definition
+    doc = server.get_json(f"/api/v1/label/{m.group(2)}/values?match[]="
+                          + quote(m.group(1), safe=""))
+    return sorted(doc["data"])
+
+
+def _all(values: list[str]) -> str:
+    """Grafana's "All" of a multi-value variable without a custom all value: each value,
+    regex-escaped, in one alternation."""
+    return "(" + "|".join(re.sub(r"([\\.+*?()|\[\]{}^$])", r"\\\\\1", v)
+                          for v in values) + ")"
+
+
+def _dashboard() -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads(DASHBOARD.read_text())
+    return doc
+
+
+def _panel_queries() -> list[tuple[str, str]]:
+    out = []
+    for panel in _dashboard()["panels"]:
+        for target in panel.get("targets", []):
+            out.append((panel["title"], target["expr"]))
+    return out
+
+
+PANELS = _panel_queries()
+
+
+def test_the_dashboard_is_nvidias() -> None:
+    assert len(PANELS) == 8, PANELS
+    variables = {v["name"]: v for v in _dashboard()["templating"]["list"]}
+    assert variables["instance"]["query"] == "label_values(DCGM_FI_DEV_GPU_TEMP, instance)"
+    assert variables["gpu"]["query"] == "label_values(DCGM_FI_DEV_GPU_TEMP, gpu)"
+
+
+@pytest.mark.parametrize("server", ["prometheus", "victoriametrics"])
+@pytest.mark.parametrize(("panel", "expr"), PANELS, ids=[p for p, _ in PANELS])
+def test_nvidias_dashboard_panel_has_data(servers: Servers, server: str, panel: str,
+                                          expr: str) -> None:
+    s: QueryServer = getattr(servers, server)
+    values = {}
+    for var in _dashboard()["templating"]["list"]:
+        if var["type"] == "query":
+            found = _values(s, var["query"])
+            assert found, (server, var["name"])
+            values[var["name"]] = _all(found)
+    assert values["gpu"] == "(0|1|2|3|4)", values  # the five H100s, and no other card
+    query = re.sub(r"\$(\w+)", lambda m: values[m.group(1)], expr)
+    assert "$" not in query
+    result = s.query(query)
+    assert result, f"{server}: {panel}: no data for {query!r}"
+
+
+@pytest.mark.parametrize("server", ["prometheus", "victoriametrics"])
+@pytest.mark.parametrize("field", LIVE, ids=[f.name for f in LIVE])
+def test_each_recreated_field_has_data_with_dcgm_exporters_labels(
+        servers: Servers, server: str, field: Any) -> None:
+    s: QueryServer = getattr(servers, server)
+    result = s.query(field.name)
+    assert len(result) == 5, f"{server}: {field.name}: {result}"  # one per H100
+    for r in result:
+        labels = r["metric"]
+        assert set(labels) >= DCGM_LABELS, (server, labels)
+        assert not set(labels) & set(gen.DROPPED), (server, labels)
+        # no MIG here: none of its labels, not even empty; the pod's on GPU 0 alone
+        assert not set(labels) & {"GPU_I_ID", "GPU_I_PROFILE"}, (server, labels)
+        pod = {k: labels[k] for k in ("namespace", "pod", "container") if k in labels}
+        want = {"namespace": "ml", "pod": "train-0", "container": "trainer"}
+        assert pod == (want if labels["gpu"] == "0" else {}), (server, labels)
+        assert labels["device"] == f"nvidia{labels['gpu']}", labels
+        assert labels["UUID"].startswith("GPU-"), labels
+        assert NVML_BUS_ID.fullmatch(labels["pci_bus_id"]), labels
+        assert labels["modelName"] == "NVIDIA H100 80GB HBM3", labels
+        assert labels["DCGM_FI_DRIVER_VERSION"] == "550.54.15", labels
+
+
+def test_every_default_counter_is_queried_or_awaited_or_has_no_equivalent() -> None:
+    for f in FIELDS:
+        if f.default:
+            assert f in LIVE or set(f.families) & AWAITING or f.reason, f.name
+            assert not set(f.families) & NOT_ON_H100, f.name
+
+
+@pytest.mark.parametrize("server", ["prometheus", "victoriametrics"])
+def test_values_are_in_dcgm_units(servers: Servers, server: str) -> None:
+    """The fake H100s' fixed readings, as dcgm-exporter would print them."""
+    s: QueryServer = getattr(servers, server)
+
+    def by_gpu(expr: str) -> dict[str, float]:
+        return {r["metric"]["gpu"]: float(r["value"][1]) for r in s.query(expr)}
+
+    assert by_gpu("DCGM_FI_DEV_SM_CLOCK")["0"] == 1980  # MHz
+    assert by_gpu("DCGM_FI_DEV_FB_USED")["4"] == 2048  # MiB: 2 GiB held by the idle pod
+    assert by_gpu("DCGM_FI_DEV_GPU_UTIL")["4"] == 0  # %
+    assert by_gpu("DCGM_FI_DEV_GPU_UTIL")["3"] == 97
+    # Bytes per second: the load driver adds 50 MB sent and 80 MB received per second
+    # (in KiB/s, or per scrape, the values would be orders of magnitude off); the rate
+    # window of a minute fills in a minute
+    tx = s.wait_for('DCGM_FI_PROF_PCIE_TX_BYTES{gpu="0"} > 4e7', 120)
+    assert float(tx[0]["value"][1]) < 6e7, tx
+    rx = s.wait_for('DCGM_FI_PROF_PCIE_RX_BYTES{gpu="0"} > 7e7', 60)
+    assert float(rx[0]["value"][1]) < 9e7, rx
+    # the same GPUs as the exporter's, joined by UUID
+    ours = {r["metric"]["hw_id"] for r in s.query('hw_gpu_info{hw_vendor="nvidia"}')}
+    theirs = {r["metric"]["UUID"] for r in s.query("DCGM_FI_DEV_GPU_TEMP")}
+    assert ours == theirs, (ours, theirs)
+
+
+@pytest.fixture(scope="module")
+def mig_servers() -> Iterator[Servers]:
+    """The exporter on one simulated H100 in MIG mode (tests/fake_nvml mig_h100: GPU
+    instance 1 is 3g.40gb with one compute instance, GPU instance 2 is 2g.20gb split into
+    two), NVIDIA collector only, with the pack on both servers."""
+    with tempfile.TemporaryDirectory(prefix="dcgm-compat-mig-") as tmp, ExitStack() as es:
+        root = Path(tmp)
+        scenario = fake.mig_h100().write(root / "gpus.scenario")
+        pack = root / "dcgm-compat.rules.yml"
+        pack.write_text(gen.render_pack(interval="2s"))
+        exp = es.enter_context(exporter(nvidia_only(), fake.env(fake.build(), scenario)))
+        target = [scrape_config(JOB, [f"127.0.0.1:{exp.port}"])]
+        prom = es.enter_context(prometheus(scrape=target, rule_files=[pack]))
+        vm = es.enter_context(victoria_metrics(scrape=target))
+        am = es.enter_context(alertmanager())
+        es.enter_context(vmalert([pack], vm.url, am.url, remote_write_url=vm.url))
+        s = Servers(prom, vm)
+        for server in s:
+            server.wait_for('DCGM_FI_DEV_FB_USED{GPU_I_ID="2"}', 60)
+            server.wait_for('DCGM_FI_PROF_GR_ENGINE_ACTIVE{GPU_I_ID="2"}', 60)
+        yield s
+
+
+@pytest.mark.parametrize("server", ["prometheus", "victoriametrics"])
+def test_mig_series_carry_the_gpu_instance_as_dcgm_exporter_does(
+        mig_servers: Servers, server: str) -> None:
+    """One series per GPU instance (its compute instances folded into one), labelled
+    GPU_I_ID and GPU_I_PROFILE (the GPU instance's profile, not the compute instance's),
+    UUID the parent GPU's; the whole GPU's series without them."""
+    s: QueryServer = getattr(mig_servers, server)
+    parent = "GPU-h100a100-0000-1111-2222-333344445555"
+
+    def series(name: str) -> dict[tuple[str | None, str | None], float]:
+        out = {}
+        for r in s.query(name):
+            labels = r["metric"]
+            assert labels["UUID"] == parent and labels["gpu"] == "0", labels
+            assert labels["device"] == "nvidia0" and labels["pci_bus_id"] == "00000000:18:00.0"
+            assert not set(labels) & set(gen.DROPPED), labels
+            key = (labels.get("GPU_I_ID"), labels.get("GPU_I_PROFILE"))
+            assert key not in out, (name, labels)
+            out[key] = float(r["value"][1])
+        return out
+
+    # MiB: the GPU's 40 GiB; GPU instance 1's 1 GiB; GPU instance 2's compute instances
+    # (2 and 3 GiB in the simulation) as one series, the larger
+    assert series("DCGM_FI_DEV_FB_USED") == {
+        (None, None): 40960, ("1", "3g.40gb"): 1024, ("2", "2g.20gb"): 3072}
+    # GPM: the whole GPU, GPU instance 1 on its MIG device, GPU instance 2 (shared) on its
+    # parent's series with gpu_instance_id, where no profile is known
+    assert series("DCGM_FI_PROF_GR_ENGINE_ACTIVE") == {
+        (None, None): 0.85, ("1", "3g.40gb"): 0.7, ("2", None): 0.9}
