@@ -26,7 +26,7 @@ from gpu_exporter.collectors.base import (
     Sink,
     device_features,
 )
-from gpu_exporter.nvml import nvlink, values
+from gpu_exporter.nvml import fields, nvlink, values
 from gpu_exporter.nvml import stack as nvml_stack
 from gpu_exporter.nvml.calls import FIX_UPDATE, NvmlGone, NvmlUnavailable
 from gpu_exporter.nvml.devices import NvmlDevice
@@ -90,6 +90,11 @@ class NvidiaCollector(Collector):
                 "xid", {d.identity.key: _xid_state(session, d) for d in devices}))
             out.extend(device_features(
                 "ecc", {d.identity.key: _ecc_state(d) for d in devices}))
+            out.extend(device_features(
+                "recovery_action", {d.identity.key: _recovery_state(d) for d in devices}))
+            out.extend(device_features("vgpu_license", {
+                d.identity.key: d.vgpu_license or Availability.unavailable("not read")
+                for d in devices}))
             out.extend(device_features("nvlink", {
                 d.identity.key: d.nvlink or Availability.unavailable("NVLink not read")
                 for d in devices}))
@@ -198,6 +203,18 @@ def _xid_state(session: Session, dev: NvmlDevice) -> Availability:
     if api.state != "enabled" or dev.xid is None:
         return api
     return dev.xid
+
+
+def _recovery_state(dev: NvmlDevice) -> Availability:
+    """Whether the GPU gives NVML's recovery action (hw_gpu_recovery_action)."""
+    code = dev.fields.absent.get(fields.RECOVERY_ACTION)
+    if code is None:
+        return Availability.enabled()
+    return Availability.unavailable(
+        f"NVML gives no GPU recovery action on this GPU ({pynvml.NVMLError(code)}): the "
+        "field needs driver R570 or newer; the reset and reboot alerts then decide by the "
+        "XID's catalog action alone",
+        "update the NVIDIA driver to R570 or newer (Hopper and newer GPUs report it)")
 
 
 def _ecc_state(dev: NvmlDevice) -> Availability:
