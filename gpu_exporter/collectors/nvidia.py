@@ -33,7 +33,7 @@ from gpu_exporter.nvml.devices import NvmlDevice
 from gpu_exporter.nvml.events import XidListener
 from gpu_exporter.nvml.gpm import GPM, MIN_WINDOW_SECONDS
 from gpu_exporter.nvml.lanes import Lanes
-from gpu_exporter.nvml.stack import DEVFS, Session, StackBusy
+from gpu_exporter.nvml.stack import DEVFS, PCI, Session, StackBusy
 from gpu_exporter.records import GpuReading
 from gpu_exporter.settings import Settings
 
@@ -48,7 +48,7 @@ _ECC_COUNTS = ("ecc_corrected", "ecc_uncorrected")
 class NvidiaCollector(Collector):
     name: ClassVar[str] = "nvidia"
     help: ClassVar[str] = "NVIDIA GPUs through NVML (libnvidia-ml.so.1)."
-    options = (DEVFS, nvlink.PER_LINK, GPM)
+    options = (DEVFS, nvlink.PER_LINK, GPM, PCI)
 
     def __init__(self, settings: Settings) -> None:
         super().__init__(settings)
@@ -69,8 +69,8 @@ class NvidiaCollector(Collector):
             if not missing:
                 return Availability.unavailable(exc.reason, exc.fix)
             return Availability.enabled(
-                f"{len(missing)} GPU(s) listed by the driver, read as hw_gpu_up 0 without "
-                f"NVML (see nvidia.nvml)")
+                f"{len(missing)} GPU(s) known to the driver or the PCI bus, read as "
+                f"hw_gpu_up 0 without NVML (see nvidia.nvml, nvidia.pci)")
         return Availability.enabled(session.summary())
 
     def close(self) -> None:
@@ -82,7 +82,8 @@ class NvidiaCollector(Collector):
     def features(self) -> Sequence[Feature]:
         if self._stack is None:
             return ()
-        out = [Feature("nvml", self._stack.nvml_state())]
+        out = [Feature("nvml", self._stack.nvml_state()),
+               Feature("pci", self._stack.bus_state())]
         session = self._stack.current
         if session is not None and not session.gone:
             devices = [d for _, d in sorted(session.devices.items())]
