@@ -17,7 +17,7 @@ from tests.fake_nvml import scenario as fake
 from tests.helpers import find, parse, value
 from tests.nvidia.conftest import running
 from tests.nvidia.test_failures import uuid
-from tests.nvidia.test_features import states
+from tests.nvidia.test_features import doctor, states
 
 CATALOG = Path(xid_catalog.__file__).with_name("xid_catalog.csv")
 RECOVERY = pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
@@ -228,3 +228,23 @@ def test_the_licence_is_asked_for_only_on_a_vgpu_guest(tmp_path: Path) -> None:
     assert guest_rec.by_function()["nvmlDeviceGetGridLicensableFeatures"] == 1
     assert reading.vgpu_license_state == "licensed"
     assert metal.vgpu_license is not None and metal.vgpu_license.state == "disabled"
+
+
+# -- doctor: per GPU, the action needed and why ---------------------------------------------
+def test_doctor_prints_per_gpu_the_action_needed_and_why(
+    fake_lib: Path, tmp_path: Path
+) -> None:
+    sc = fake.h100x8()
+    sc.devices[1].values["recovery_action"] = 2  # node_reboot
+    sc.devices[4].values["remapped_rows_pending"] = 1
+    sc.devices[5].values["remapped_rows_failure"] = 1
+    sc.devices[6].values["recovery_action"] = 4  # drain_and_reset
+    lines = doctor(fake_lib, sc, tmp_path)
+    at = lines.index("GPUs: what each needs now")
+    rows = {line.split()[1]: line for line in lines[at + 1:at + 9]}
+    assert rows["0"].endswith(f"{uuid(0)}  none")
+    assert "reboot the node: the driver's recovery action is node_reboot" in rows["1"]
+    assert "reset the GPU: a memory row remap is pending until the next reset" in rows["4"]
+    assert "replace the GPU: a memory row could not be remapped" in rows["5"]
+    assert "reset the GPU: the driver's recovery action is drain_and_reset" in rows["6"]
+    assert "0000:9a:00.0" in rows["4"]
