@@ -290,8 +290,11 @@ class StatusLabels(TypedDict):
 
 HW_STATUS = Gauge(
     "hw_status", "Health state; exactly one hw_state is 1.", D, StatusLabels,
-    sources="derived: failed when lost or uncorrected errors pending, degraded when "
-    "throttled by hardware or retired pages pending, else ok",
+    sources="derived: failed when lost, uncorrected errors pending, a row remap failed, "
+    "after an XID whose Xid Catalog action is a reset or reboot, or when the driver's "
+    "recovery action asks for a reset or reboot; degraded when throttled by hardware, "
+    "pages/rows pending retirement/remap, or the recovery action is drain_p2p or "
+    "recover_imex_domain; else ok",
 )
 
 # --- interconnect: the PCIe link to the slot, NVLink -------------------------------------

@@ -44,6 +44,11 @@ CLOCK_EVENT_REASONS: Mapping[str, int] = {
 # uncontained ECC, ...); degraded while the hardware slows the clocks down or pages/rows
 # wait to be retired/remapped.
 FAILED_XID_ACTIONS = frozenset({"reset_gpu", "restart_bm", "workflow_xid_48"})
+# The driver's own verdict: a reset or a reboot needed is failed; draining peer traffic
+# or recovering the IMEX domain, degraded.
+FAILED_RECOVERY = frozenset({"gpu_reset", "node_reboot", "drain_and_reset", "bus_reset",
+                             "system_reboot"})
+DEGRADED_RECOVERY = frozenset({"drain_p2p", "recover_imex_domain"})
 DEGRADED_REASONS = frozenset({"hw_slowdown", "hw_thermal", "hw_power_brake", "sw_thermal"})
 
 _CLOCKS: Mapping[str, int] = {
@@ -247,10 +252,13 @@ def health(
     errors: Mapping[ErrorType, int], throttle: Mapping[str, bool], values: Mapping[str, float],
     xids: Mapping[int, int],
 ) -> HealthState:
+    verdict = recovery_action(values.get(fields.RECOVERY_ACTION))
     if (errors.get("uncorrected", 0) > 0 or values.get("remapped_rows_failure", 0)
+            or verdict in FAILED_RECOVERY
             or any(n and xid_catalog.action(x) in FAILED_XID_ACTIONS for x, n in xids.items())):
         return "failed"
     if (any(throttle.get(r) for r in DEGRADED_REASONS)
-            or values.get("retired_pages_pending", 0) or values.get("remapped_rows_pending", 0)):
+            or values.get("retired_pages_pending", 0) or values.get("remapped_rows_pending", 0)
+            or verdict in DEGRADED_RECOVERY):
         return "degraded"
     return "ok"

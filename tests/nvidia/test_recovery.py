@@ -105,6 +105,10 @@ def test_recovery_action_row_remapping_and_reserved_memory_per_gpu(
     assert value(s, "hw_gpu_memory_row_remap_pending", hw_id=uuid(5)) == 0
     assert value(s, "hw_gpu_memory_row_remap_failure", hw_id=uuid(5)) == 1
     assert value(s, "hw_status", hw_id=uuid(5), hw_state="failed") == 1
+    # The driver's verdict sets the health state: a reset or a reboot needed is failed.
+    for i in (1, 2, 6, 7):  # gpu_reset, node_reboot, bus_reset, system_reboot
+        assert value(s, "hw_status", hw_id=uuid(i), hw_state="failed") == 1, i
+    assert value(s, "hw_status", hw_id=uuid(0), hw_state="ok") == 1
     # An H100 retires no pages (row remapping replaced it): absent, not 0.
     assert not find(s, "hw_gpu_memory_retired_pages_total")
     assert states(s, "nvidia.recovery_action") == {None: "enabled"}
@@ -114,14 +118,17 @@ def test_a_recovery_action_nvml_h_does_not_name_is_unknown(
     fake_lib: Path, tmp_path: Path
 ) -> None:
     sc = fake.h100x8()
-    sc.devices = sc.devices[:2]
+    sc.devices = sc.devices[:3]
     sc.devices[1].values["recovery_action"] = 42
+    sc.devices[2].values.update(recovery_action=3, clocks_event_reasons=0)  # drain_p2p
     with running(fake_lib, sc, tmp_path) as exp:
         s = parse(exp.scrape())
     on = {x.labels["action"] for x in find(s, "hw_gpu_recovery_action", hw_id=uuid(1))
           if x.value == 1}
     assert on == {"unknown"}
     assert value(s, "hw_gpu_recovery_action", hw_id=uuid(0), action="none") == 1
+    assert value(s, "hw_status", hw_id=uuid(0), hw_state="ok") == 1
+    assert value(s, "hw_status", hw_id=uuid(2), hw_state="degraded") == 1
     assert value(s, "hw_gpu_power_draw_watts", hw_id=uuid(1)) > 0
     assert value(s, "gpu_exporter_collector_success", collector="nvidia") == 1
 
