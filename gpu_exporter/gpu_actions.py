@@ -18,6 +18,7 @@ _RECOVERY = {
     "system_reboot": "reboot the node", "drain_p2p": "investigate",
     "recover_imex_domain": "investigate", "unknown": "investigate",
 }
+_FAILED = ("investigate", "its health state is failed (e.g. uncorrected ECC errors pending)")
 _XID = {"restart_app": "restart the application", "reset_gpu": "reset the GPU",
         "restart_bm": "reboot the node", "unknown": "investigate"}
 
@@ -48,6 +49,10 @@ def needs(families: Iterable[Any]) -> list[GpuNeed]:
             why = _reason(s.name, labels, s.value)
             if why is not None:
                 gpu.reasons.append(why)
+    for gpu in gpus.values():
+        # A failed health state says no more than the reasons beside it, when there are.
+        if len(gpu.reasons) > 1:
+            gpu.reasons = [r for r in gpu.reasons if r[1] != _FAILED[1]]
     return [gpus[k] for k in sorted(gpus)]
 
 
@@ -70,8 +75,7 @@ def _reason(name: str, labels: dict[str, str], value: float) -> tuple[str, str] 
         return (_XID.get(action, "investigate"),
                 f"XID {labels['xid']} x{value:g} (Xid Catalog: {action})")
     if name == "hw_status" and labels.get("hw_state") == "failed" and value == 1:
-        return ("investigate", "its health state is failed (uncorrected ECC errors pending, "
-                "or a failed XID)")
+        return _FAILED
     return None
 
 

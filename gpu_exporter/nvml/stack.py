@@ -416,9 +416,12 @@ class NvmlStack:
                 "every NVIDIA GPU on the PCI bus is exposed by the driver"
                 + (f" or bound elsewhere: {went}" if went else ""))
         no_driver = any("not loaded" in b.reason for b in self.bus.failed)
+        by_reason: dict[str, list[str]] = {}
+        for b in self.bus.failed:
+            by_reason.setdefault(b.reason, []).append(b.pci_address)
         return Availability.unavailable(
             "NVIDIA GPU(s) on the PCI bus the driver does not expose, read as hw_gpu_up 0: "
-            + "; ".join(f"{b.pci_address}: {b.reason}" for b in self.bus.failed)
+            + "; ".join(f"{why}: {', '.join(gpus)}" for why, gpus in by_reason.items())
             + (f"; elsewhere: {went}" if went else ""),
             (FIX_DRIVER if no_driver else f"{FIX_CHECK}; a card that stays unbound after "
              "a reboot is faulty") + "; a host without the NVIDIA driver on purpose: "

@@ -253,5 +253,7 @@ def test_doctor_prints_per_gpu_the_action_needed_and_why(
     assert "reboot the node: the driver's recovery action is node_reboot" in rows["1"]
     assert "reset the GPU: a memory row remap is pending until the next reset" in rows["4"]
     assert "replace the GPU: a memory row could not be remapped" in rows["5"]
+    assert "health state" not in rows["5"]  # the remap failure says it all
+    assert "investigate: its health state is failed" in rows["3"]  # GPU 3: an ECC error
     assert "reset the GPU: the driver's recovery action is drain_and_reset" in rows["6"]
     assert "0000:9a:00.0" in rows["4"]
