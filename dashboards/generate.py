@@ -212,6 +212,38 @@ class Board:
             self._new_line()
 
 
+# What each GPU needs now, by action: the driver's recovery verdict, the memory repair
+# state and the XIDs of the last hour with their Xid Catalog action (a counter born at
+# its first event counts too), as the action alerts read them.
+_BY_GPU = "host_name, gpu_index, hw_id, action"
+NEEDS_ACTION = (
+    f'max by ({_BY_GPU}) (hw_gpu_recovery_action{{action!="none", {SEL}}} == 1)'
+    f' or max by ({_BY_GPU}) (label_replace(hw_gpu_memory_row_remap_failure{{{SEL}}} == 1,'
+    ' "action", "replace_gpu", "", ""))'
+    f' or max by ({_BY_GPU}) (label_replace(hw_gpu_memory_row_remap_pending{{{SEL}}} == 1,'
+    ' "action", "gpu_reset", "", ""))'
+    f' or max by ({_BY_GPU}) ('
+    f'(increase(hw_gpu_xid_errors_total{{action!="ignore", {SEL}}}[1h]) > 0)'
+    f' or (hw_gpu_xid_errors_total{{action!="ignore", {SEL}}} > 0'
+    f' unless hw_gpu_xid_errors_total{{action!="ignore", {SEL}}} offset 1h))'
+)
+
+
+def _needs_action(b: Board) -> None:
+    b.row("Needs action")
+    b.add(bargauge("GPUs by action", "none",
+                   (f"count by (action) ({NEEDS_ACTION})", "{{action}}"),
+                   description="GPUs that need something done, by what: the driver's "
+                   "recovery action (gpu_reset, node_reboot, ...), the memory repair state "
+                   "(gpu_reset: a row remap pending; replace_gpu: no spare rows left) and "
+                   "the Xid Catalog action of the last hour's XIDs (restart_app, reset_gpu, "
+                   "restart_bm, unknown, ...). docs/runbooks.md says what to do."), 8, 8)
+    b.add(table("GPUs that need action, per host", "none", (NEEDS_ACTION, ""),
+                description="One row per GPU and action; owner and steps in the "
+                "GpuApplicationFault, GpuResetRequired, GpuNodeRebootRequired, "
+                "GpuRowRemapFailure and GpuXidUnclassified runbooks."), 16, 8)
+
+
 def fleet() -> Board:
     b = Board("gpu-fleet-overview", "GPU fleet overview",
               "Utilization, memory, power, temperature, clocks, errors and health of every "
@@ -227,6 +259,7 @@ def fleet() -> Board:
                 description="The one hw_state that is 1 for each GPU (ok, degraded, failed)."),
           24, 6)
     b.add(table("Inventory", "none", (f"hw_gpu_info{{{SEL}}}", "")), 24, 6)
+    _needs_action(b)
     b.row("Utilization")
     b.add(timeseries("Utilization per GPU", "percentunit",
                      (f'hw_gpu_utilization_ratio{{hw_gpu_task="general", {SEL}}}',

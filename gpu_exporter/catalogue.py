@@ -30,6 +30,8 @@ from gpu_exporter.records import (
     GpuTask,
     HealthState,
     NvlinkState,
+    RecoveryAction,
+    VgpuLicenseState,
 )
 
 __all__ = ["BY_NAME", "CATALOGUE", "Family", "Kind", "LabelSet", "Scope", "prom_label"]
@@ -189,11 +191,92 @@ HW_ERRORS = Counter(
 
 class XidLabels(TypedDict):
     xid: str
+    # NVIDIA's Xid Catalog's immediate-action resolution bucket, lower-cased (restart_app,
+    # reset_gpu, restart_bm, ignore, workflow_xid_48, ...); unknown: not in the catalog
+    action: str
 
 
 HW_GPU_XID_ERRORS = Counter(
-    "hw_gpu_xid_errors_total", "XID events by code, counted since the exporter started.",
-    D, XidLabels, sources="NVML event listener (critical XID events)",
+    "hw_gpu_xid_errors_total",
+    "XID events by code and by what NVIDIA's Xid Catalog says to do first, counted since "
+    "the exporter started.",
+    D, XidLabels, sources="NVML event listener (critical XID events); action: "
+    "gpu_exporter/nvml/xid_catalog.csv",
+)
+
+
+class RecoveryActionLabels(TypedDict):
+    action: RecoveryAction
+
+
+HW_GPU_RECOVERY_ACTION = Gauge(
+    "hw_gpu_recovery_action",
+    "The driver's verdict on what the GPU needs (the recovery action of Xid 154); exactly "
+    "one action is 1.", D, RecoveryActionLabels, fixed=True,
+    sources="NVML field value GET_GPU_RECOVERY_ACTION (drivers 570+, Hopper and newer); "
+    "values 0-7 of nvml.h, any other value unknown",
+)
+
+
+class RowRemapLabels(TypedDict):
+    error_type: Literal["corrected", "uncorrected"]
+
+
+HW_GPU_MEMORY_REMAPPED_ROWS = Counter(
+    "hw_gpu_memory_remapped_rows_total",
+    "Memory rows remapped to spare rows, by the ECC error that caused it (Ampere and newer).",
+    D, RowRemapLabels, fixed=True,
+    sources="NVML field values REMAPPED_COR / REMAPPED_UNC",
+    dcgm="DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS / DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+)
+HW_GPU_MEMORY_ROW_REMAP_PENDING = Gauge(
+    "hw_gpu_memory_row_remap_pending",
+    "1 while a row remap waits for the next GPU reset.", D, NoLabels, fixed=True,
+    sources="NVML field value REMAPPED_PENDING",
+)
+HW_GPU_MEMORY_ROW_REMAP_FAILURE = Gauge(
+    "hw_gpu_memory_row_remap_failure",
+    "1 when a row could not be remapped (no spare rows left: a replacement candidate).", D,
+    NoLabels, fixed=True, sources="NVML field value REMAPPED_FAILURE",
+    dcgm="DCGM_FI_DEV_ROW_REMAP_FAILURE",
+)
+
+
+class RetiredPagesLabels(TypedDict):
+    # corrected: single-bit ECC errors (SBE); uncorrected: double-bit (DBE)
+    error_type: Literal["corrected", "uncorrected"]
+
+
+HW_GPU_MEMORY_RETIRED_PAGES = Counter(
+    "hw_gpu_memory_retired_pages_total",
+    "Memory pages retired, by the ECC error that caused it (GPUs before Ampere).", D,
+    RetiredPagesLabels, fixed=True,
+    sources="NVML field values RETIRED_SBE / RETIRED_DBE",
+    dcgm="DCGM_FI_DEV_RETIRED_SBE / DCGM_FI_DEV_RETIRED_DBE",
+)
+HW_GPU_MEMORY_RETIRED_PAGES_PENDING = Gauge(
+    "hw_gpu_memory_retired_pages_pending",
+    "1 while a page waits to be retired at the next GPU reset or reboot.", D, NoLabels, fixed=True,
+    sources="NVML field value RETIRED_PENDING", dcgm="DCGM_FI_DEV_RETIRED_PENDING",
+)
+HW_GPU_MEMORY_RESERVED = Gauge(
+    "hw_gpu_memory_reserved_bytes",
+    "Device memory the driver reserves for itself: free = limit - usage - reserved.", D,
+    NoLabels, fixed=True, unit="bytes", sources="NVML memory info v2 reserved",
+    dcgm="DCGM_FI_DEV_FB_RESERVED (MiB)",
+)
+
+
+class VgpuLicenseLabels(TypedDict):
+    state: VgpuLicenseState
+
+
+HW_GPU_VGPU_LICENSE_STATE = Gauge(
+    "hw_gpu_vgpu_license_state",
+    "The vGPU guest's licence state; exactly one state is 1 (vGPU guests only).", D,
+    VgpuLicenseLabels, fixed=True,
+    sources="NVML nvmlDeviceGetGridLicensableFeatures (the vGPU feature's licence state)",
+    dcgm="DCGM_FI_DEV_VGPU_LICENSE_STATUS",
 )
 
 
@@ -214,8 +297,11 @@ class StatusLabels(TypedDict):
 
 HW_STATUS = Gauge(
     "hw_status", "Health state; exactly one hw_state is 1.", D, StatusLabels,
-    sources="derived: failed when lost or uncorrected errors pending, degraded when "
-    "throttled by hardware or retired pages pending, else ok",
+    sources="derived: failed when lost, uncorrected errors pending, a row remap failed, "
+    "after an XID whose Xid Catalog action is a reset or reboot, or when the driver's "
+    "recovery action asks for a reset or reboot; degraded when throttled by hardware, "
+    "pages/rows pending retirement/remap, or the recovery action is drain_p2p or "
+    "recover_imex_domain; else ok",
 )
 
 # --- interconnect: the PCIe link to the slot, NVLink -------------------------------------

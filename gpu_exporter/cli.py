@@ -26,6 +26,8 @@ from gpu_exporter import __version__, flagtypes, logs
 from gpu_exporter.collectors import REGISTRY
 from gpu_exporter.collectors.base import Availability, CollectorFault, Feature
 from gpu_exporter.exporter import GpuExporterCollector, make_registry
+from gpu_exporter.gpu_actions import needs
+from gpu_exporter.gpu_actions import report as needs_report
 from gpu_exporter.resource import resource_labels
 from gpu_exporter.settings import (
     PROCFS,
@@ -296,7 +298,10 @@ def doctor(ctx: click.Context, /, **params: Any) -> None:
     params["log_level"] = "error"
     exporter = _start(params, check_only=True)
     try:
+        # One scrape first: what each GPU needs is read from its series.
+        gpus = needs(make_registry(exporter).collect())
         click.echo(doctor_report(exporter.availability()), nl=False)
+        click.echo(needs_report(gpus), nl=False)
     finally:
         exporter.close()
 

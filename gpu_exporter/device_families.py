@@ -6,8 +6,11 @@ from __future__ import annotations
 from gpu_exporter import catalogue as c
 from gpu_exporter.family import Emitted
 from gpu_exporter.labels import DeviceLabels, known
+from gpu_exporter.nvml import xid_catalog
 from gpu_exporter.records import (
     NVLINK_STATES,
+    RECOVERY_ACTIONS,
+    VGPU_LICENSE_STATES,
     GpmReading,
     GpuReading,
     HealthState,
@@ -49,6 +52,7 @@ def emit(r: GpuReading, out: Emitted) -> None:
         c.HW_GPU_UTILIZATION.emit(out, ratio, {"hw_gpu_task": task}, dev)
     c.HW_GPU_MEMORY_USAGE.emit(out, r.memory_usage_bytes, {}, dev)
     c.HW_GPU_MEMORY_LIMIT.emit(out, r.memory_limit_bytes, {}, dev)
+    c.HW_GPU_MEMORY_RESERVED.emit(out, r.memory_reserved_bytes, {}, dev)
     if r.memory_usage_bytes is not None and r.memory_limit_bytes:
         c.HW_GPU_MEMORY_UTILIZATION.emit(
             out, r.memory_usage_bytes / r.memory_limit_bytes, {}, dev)
@@ -70,7 +74,9 @@ def emit(r: GpuReading, out: Emitted) -> None:
     for error_type, count in r.errors.items():
         c.HW_ERRORS.emit(out, count, {"hw_type": "gpu", "error_type": error_type}, dev)
     for xid, count in sorted(r.xid_errors.items()):
-        c.HW_GPU_XID_ERRORS.emit(out, count, {"xid": str(xid)}, dev)
+        c.HW_GPU_XID_ERRORS.emit(out, count, {"xid": str(xid), "action": xid_catalog.action(xid)},
+                                 dev)
+    _repair(r, out, dev)
     for reason, active in sorted(r.throttle_active.items()):
         c.HW_GPU_CLOCK_THROTTLE.emit(out, 1 if active else 0, {"reason": reason}, dev)
     if r.state is not None:
@@ -90,6 +96,29 @@ def emit(r: GpuReading, out: Emitted) -> None:
         _gpm(r.gpm, r, {}, out)
     for instance, gpm in sorted(r.gpm_instances.items()):
         _gpm(gpm, r, {"gpu_instance_id": str(instance)}, out)
+
+
+def _repair(r: GpuReading, out: Emitted, dev: str) -> None:
+    """What the GPU needs: one recovery action (and licence state) at 1, the others 0."""
+    if r.recovery_action is not None:
+        for action in RECOVERY_ACTIONS:
+            c.HW_GPU_RECOVERY_ACTION.emit(out, 1 if action == r.recovery_action else 0,
+                                          {"action": action}, dev)
+    for severity, rows in r.remapped_rows.items():
+        c.HW_GPU_MEMORY_REMAPPED_ROWS.emit(out, rows, {"error_type": severity}, dev)
+    c.HW_GPU_MEMORY_ROW_REMAP_PENDING.emit(out, _flag(r.row_remap_pending), {}, dev)
+    c.HW_GPU_MEMORY_ROW_REMAP_FAILURE.emit(out, _flag(r.row_remap_failure), {}, dev)
+    for severity, pages in r.retired_pages.items():
+        c.HW_GPU_MEMORY_RETIRED_PAGES.emit(out, pages, {"error_type": severity}, dev)
+    c.HW_GPU_MEMORY_RETIRED_PAGES_PENDING.emit(out, _flag(r.retired_pages_pending), {}, dev)
+    if r.vgpu_license_state is not None:
+        for state in VGPU_LICENSE_STATES:
+            c.HW_GPU_VGPU_LICENSE_STATE.emit(out, 1 if state == r.vgpu_license_state else 0,
+                                             {"state": state}, dev)
+
+
+def _flag(value: bool | None) -> int | None:
+    return None if value is None else int(value)
 
 
 def _nvlink(n: NvlinkReading, out: Emitted, dev: str) -> None:

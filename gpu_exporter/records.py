@@ -31,6 +31,18 @@ NVLINK_STATES: tuple[NvlinkState, ...] = get_args(NvlinkState)
 GpmPipe = Literal["tensor_hmma", "tensor_imma", "tensor_dfma", "tensor_dmma", "fp64", "fp32",
                   "fp16", "integer"]
 
+# NVML's GPU recovery action (nvml.h nvmlDeviceGpuRecoveryAction_t 0..7, in that order;
+# hard-coded: the bindings name a different range); any other value is "unknown".
+RecoveryAction = Literal[
+    "none", "gpu_reset", "node_reboot", "drain_p2p", "drain_and_reset", "recover_imex_domain",
+    "bus_reset", "system_reboot", "unknown"]
+RECOVERY_ACTIONS: tuple[RecoveryAction, ...] = get_args(RecoveryAction)
+# A vGPU guest's licence: the vGPU feature's state (nvml.h featureState: non-zero when
+# licensed).
+VgpuLicenseState = Literal["licensed", "unlicensed"]
+VGPU_LICENSE_STATES: tuple[VgpuLicenseState, ...] = get_args(VgpuLicenseState)
+EccSeverity = Literal["corrected", "uncorrected"]
+
 # gpu_index order across vendors (spec: NVIDIA, then AMD, then Intel).
 VENDOR_ORDER: dict[str, int] = {"nvidia": 0, "amd": 1, "intel": 2}
 
@@ -137,3 +149,13 @@ class GpuReading:
     # A MIG device sharing its GPU instance with other compute instances: that instance's
     # GPM (emitted once, on the parent's gpm_instances; here for the energy split).
     gpu_instance_gpm: GpmReading | None = None
+    # What the GPU needs: the driver's recovery action, memory repair state, and the
+    # driver's framebuffer reservation; the vGPU licence on a vGPU guest.
+    recovery_action: RecoveryAction | None = None
+    remapped_rows: Mapping[EccSeverity, int] = field(default_factory=dict)
+    row_remap_pending: bool | None = None
+    row_remap_failure: bool | None = None
+    retired_pages: Mapping[EccSeverity, int] = field(default_factory=dict)
+    retired_pages_pending: bool | None = None
+    memory_reserved_bytes: int | None = None
+    vgpu_license_state: VgpuLicenseState | None = None

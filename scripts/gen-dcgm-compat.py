@@ -215,9 +215,11 @@ MAPPING: tuple[Field, ...] = (
           ("hw_gpu_nvlink_io_bytes_total",),
           "as the total, link 0 (needs --collector.nvidia.nvlink-per-link)"),
     # vGPU licence
-    Field("DCGM_FI_DEV_VGPU_LICENSE_STATUS", "gauge", "", True, reason=(
-        "no family yet: issue #22 adds the vGPU guest's licence state; map it here when "
-        "it lands")),
+    Field("DCGM_FI_DEV_VGPU_LICENSE_STATUS", "gauge", "", True,
+          f'hw_gpu_vgpu_license_state{{{NV}, state="licensed"}}',
+          ("hw_gpu_vgpu_license_state",),
+          "1 licensed, 0 not (the state of the guest's vGPU licensable feature); only on "
+          "vGPU guests, as in DCGM"),
     # Remapped rows
     Field("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "counter", "", True,
           f'hw_gpu_memory_remapped_rows_total{{{NV}, error_type="uncorrected"}}',
@@ -330,7 +332,7 @@ DROPPED = ("hw_id", "hw_parent", "hw_name", "hw_vendor", "gpu_index", "gpu_pci_a
            "gpu_mig_profile", "gpu_instance_id", "gpu_pci_bus_id", "hw_driver_version",
            "host_name", "k8s_namespace_name", "k8s_pod_name", "k8s_container_name",
            "sensor", "hw_gpu_clock_domain", "hw_gpu_task", "hw_type", "error_type",
-           "network_io_direction", "nvlink", "hw_gpu_pipe", UUID_SOURCE)
+           "network_io_direction", "nvlink", "hw_gpu_pipe", "state", UUID_SOURCE)
 
 
 def expression(f: Field, hostname_label: str = HOSTNAME_LABEL,

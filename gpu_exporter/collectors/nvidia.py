@@ -26,14 +26,14 @@ from gpu_exporter.collectors.base import (
     Sink,
     device_features,
 )
-from gpu_exporter.nvml import nvlink, values
+from gpu_exporter.nvml import fields, nvlink, values
 from gpu_exporter.nvml import stack as nvml_stack
 from gpu_exporter.nvml.calls import FIX_UPDATE, NvmlGone, NvmlUnavailable
 from gpu_exporter.nvml.devices import NvmlDevice
 from gpu_exporter.nvml.events import XidListener
 from gpu_exporter.nvml.gpm import GPM, MIN_WINDOW_SECONDS
 from gpu_exporter.nvml.lanes import Lanes
-from gpu_exporter.nvml.stack import DEVFS, Session, StackBusy
+from gpu_exporter.nvml.stack import DEVFS, PCI, Session, StackBusy
 from gpu_exporter.records import GpuReading
 from gpu_exporter.settings import Settings
 
@@ -48,7 +48,7 @@ _ECC_COUNTS = ("ecc_corrected", "ecc_uncorrected")
 class NvidiaCollector(Collector):
     name: ClassVar[str] = "nvidia"
     help: ClassVar[str] = "NVIDIA GPUs through NVML (libnvidia-ml.so.1)."
-    options = (DEVFS, nvlink.PER_LINK, GPM)
+    options = (DEVFS, nvlink.PER_LINK, GPM, PCI)
 
     def __init__(self, settings: Settings) -> None:
         super().__init__(settings)
@@ -69,8 +69,8 @@ class NvidiaCollector(Collector):
             if not missing:
                 return Availability.unavailable(exc.reason, exc.fix)
             return Availability.enabled(
-                f"{len(missing)} GPU(s) listed by the driver, read as hw_gpu_up 0 without "
-                f"NVML (see nvidia.nvml)")
+                f"{len(missing)} GPU(s) known to the driver or the PCI bus, read as "
+                f"hw_gpu_up 0 without NVML (see nvidia.nvml, nvidia.pci)")
         return Availability.enabled(session.summary())
 
     def close(self) -> None:
@@ -82,7 +82,8 @@ class NvidiaCollector(Collector):
     def features(self) -> Sequence[Feature]:
         if self._stack is None:
             return ()
-        out = [Feature("nvml", self._stack.nvml_state())]
+        out = [Feature("nvml", self._stack.nvml_state()),
+               Feature("pci", self._stack.bus_state())]
         session = self._stack.current
         if session is not None and not session.gone:
             devices = [d for _, d in sorted(session.devices.items())]
@@ -90,6 +91,11 @@ class NvidiaCollector(Collector):
                 "xid", {d.identity.key: _xid_state(session, d) for d in devices}))
             out.extend(device_features(
                 "ecc", {d.identity.key: _ecc_state(d) for d in devices}))
+            out.extend(device_features(
+                "recovery_action", {d.identity.key: _recovery_state(d) for d in devices}))
+            out.extend(device_features("vgpu_license", {
+                d.identity.key: d.vgpu_license or Availability.unavailable("not read")
+                for d in devices}))
             out.extend(device_features("nvlink", {
                 d.identity.key: d.nvlink or Availability.unavailable("NVLink not read")
                 for d in devices}))
@@ -198,6 +204,18 @@ def _xid_state(session: Session, dev: NvmlDevice) -> Availability:
     if api.state != "enabled" or dev.xid is None:
         return api
     return dev.xid
+
+
+def _recovery_state(dev: NvmlDevice) -> Availability:
+    """Whether the GPU gives NVML's recovery action (hw_gpu_recovery_action)."""
+    code = dev.fields.absent.get(fields.RECOVERY_ACTION)
+    if code is None:
+        return Availability.enabled()
+    return Availability.unavailable(
+        f"NVML gives no GPU recovery action on this GPU ({pynvml.NVMLError(code)}): the "
+        "field needs driver R570 or newer; the reset and reboot alerts then decide by the "
+        "XID's catalog action alone",
+        "update the NVIDIA driver to R570 or newer (Hopper and newer GPUs report it)")
 
 
 def _ecc_state(dev: NvmlDevice) -> Availability:

@@ -52,6 +52,9 @@ class NvmlDevice:
     ecc: Availability | None = None
     xid: Availability | None = None
     process_utilization: Availability | None = None
+    # Its `nvidia.vgpu_license` state: enabled on a vGPU guest only (the licence is read
+    # each scrape there, and nowhere else).
+    vgpu_license: Availability | None = None
     fields: FieldPlan = field(default_factory=FieldPlan, compare=False, repr=False)
     # Its NVLinks (`nvidia.nvlink` state; rows in `fields`), the most its PCIe link
     # allows, and its PCI functions in sysfs (AER counters where NVML has none).
@@ -135,6 +138,7 @@ def _discover(index: int, version: str | None, events: XidListener | None,
     return NvmlDevice(
         identity, handle, index, int(num_fans), migs,
         ecc=_ecc(handle),
+        vgpu_license=_vgpu_guest(handle),
         xid=events.register(handle, identity.key) if events is not None else None,
         process_utilization=_process_utilization(handle),
         fields=plan,
@@ -164,6 +168,30 @@ def _ecc(handle: Any) -> Availability:
     return Availability.disabled(
         "ECC is switched off on this GPU" + (" (on after its next reset)" if pending else ""),
         "nvidia-smi -i <GPU> -e 1, then reset the GPU or reboot")
+
+
+_VIRTUALIZATION_MODES = {
+    pynvml.NVML_GPU_VIRTUALIZATION_MODE_NONE: "bare metal",
+    pynvml.NVML_GPU_VIRTUALIZATION_MODE_PASSTHROUGH: "passed through to this VM",
+    pynvml.NVML_GPU_VIRTUALIZATION_MODE_HOST_VGPU: "a vGPU host",
+    pynvml.NVML_GPU_VIRTUALIZATION_MODE_HOST_VSGA: "a vSGA host",
+}
+
+
+def _vgpu_guest(handle: Any) -> Availability:
+    """Enabled when the GPU is a vGPU guest's: the only place a vGPU licence applies."""
+    try:
+        mode = pynvml.nvmlDeviceGetVirtualizationMode(handle)
+    except pynvml.NVMLError as exc:
+        if exc.value in LOST | GONE:
+            raise
+        return Availability.disabled(
+            f"not a vGPU guest (NVML gives no virtualization mode: {exc})")
+    if mode == pynvml.NVML_GPU_VIRTUALIZATION_MODE_VGPU:
+        return Availability.enabled("a vGPU guest")
+    where = _VIRTUALIZATION_MODES.get(mode, f"virtualization mode {mode}")
+    return Availability.disabled(
+        f"not a vGPU guest ({where}): a vGPU licence applies to vGPU guests only")
 
 
 def _process_utilization(handle: Any) -> Availability:

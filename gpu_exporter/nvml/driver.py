@@ -53,6 +53,7 @@ class DriverGpus:
 
     version: str | None
     gpus: tuple[DriverGpu, ...]  # expected: not excluded, given to this container
+    listed: frozenset[str] = frozenset()  # every GPU it has a folder for (PCI addresses)
 
     def by_pci(self) -> dict[str, DriverGpu]:
         return {g.pci_address: g for g in self.gpus}
@@ -81,7 +82,8 @@ def read_driver_gpus(procfs: str, devfs: str, sysfs: str) -> DriverGpus | None:
              if g.minor is not None and os.path.exists(Path(devfs, f"nvidia{g.minor}"))}
     if nodes:
         wanted = [g for g in wanted if g.minor in nodes]
-    return DriverGpus(version.group(1) if version else None, tuple(wanted))
+    return DriverGpus(version.group(1) if version else None, tuple(wanted),
+                      frozenset(g.pci_address for g in listed))
 
 
 def _gpu(pci: str, text: str) -> DriverGpu:

@@ -27,6 +27,7 @@ class Fallback:
 
     function: str
     args: tuple[Any, ...] = ()
+    item: int | None = None  # a function answering a tuple: the element that is the field
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,7 @@ class Field:
 
 
 _ECC_VOLATILE = pynvml.NVML_VOLATILE_ECC
+RECOVERY_ACTION = "recovery_action"
 FIELDS: tuple[Field, ...] = (
     Field("ecc_corrected", pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL, fallback=Fallback(
         "nvmlDeviceGetTotalEccErrors",
@@ -56,8 +58,19 @@ FIELDS: tuple[Field, ...] = (
           fallback=Fallback("nvmlDeviceGetTotalEnergyConsumption")),
     Field("pcie_replays", pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER,
           fallback=Fallback("nvmlDeviceGetPcieReplayCounter")),
-    Field("remapped_rows_pending", pynvml.NVML_FI_DEV_REMAPPED_PENDING),
-    Field("remapped_rows_failure", pynvml.NVML_FI_DEV_REMAPPED_FAILURE),
+    # Memory repair (Ampere and newer: row remapping; older GPUs: page retirement) and the
+    # driver's recovery verdict (drivers 570+): what the GPU needs, read with the rest.
+    Field("remapped_rows_corrected", pynvml.NVML_FI_DEV_REMAPPED_COR,
+          fallback=Fallback("nvmlDeviceGetRemappedRows", item=0)),
+    Field("remapped_rows_uncorrected", pynvml.NVML_FI_DEV_REMAPPED_UNC,
+          fallback=Fallback("nvmlDeviceGetRemappedRows", item=1)),
+    Field("remapped_rows_pending", pynvml.NVML_FI_DEV_REMAPPED_PENDING,
+          fallback=Fallback("nvmlDeviceGetRemappedRows", item=2)),
+    Field("remapped_rows_failure", pynvml.NVML_FI_DEV_REMAPPED_FAILURE,
+          fallback=Fallback("nvmlDeviceGetRemappedRows", item=3)),
+    Field("retired_pages_corrected", pynvml.NVML_FI_DEV_RETIRED_SBE),
+    Field("retired_pages_uncorrected", pynvml.NVML_FI_DEV_RETIRED_DBE),
+    Field(RECOVERY_ACTION, pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION),
     Field("pcie_transmit_bytes", pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES),
     Field("pcie_receive_bytes", pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES),
     # AER-like counts of the GPU's PCIe link (drivers 550+, newer GPUs); elsewhere sysfs
@@ -126,7 +139,10 @@ class FieldPlan:
             self.absent[f.name] = pynvml.NVML_ERROR_FUNCTION_NOT_FOUND
             return False
         try:
-            out[f.name] = _scaled(fn(handle, *f.fallback.args), f.per_unit)
+            value = fn(handle, *f.fallback.args)
+            if f.fallback.item is not None:
+                value = value[f.fallback.item]
+            out[f.name] = _scaled(value, f.per_unit)
         except pynvml.NVMLError as exc:
             if exc.value in ABSENT:
                 self.absent[f.name] = exc.value

@@ -27,8 +27,10 @@ from functools import partial
 import pynvml
 
 from gpu_exporter.collectors.base import Availability
+from gpu_exporter.nvml.bus import BusGpus, read_bus_gpus
 from gpu_exporter.nvml.calls import (
     FIX_CHECK,
+    FIX_DRIVER,
     GONE,
     NvmlGone,
     NvmlUnavailable,
@@ -48,6 +50,12 @@ DEVFS = Option(
     "Where the NVIDIA device nodes are (/dev/nvidia<minor>): a GPU the driver lists "
     "(--path.procfs) without its node here belongs to another container and is not "
     "expected.")
+PCI = Option(
+    "collector.nvidia.pci", bool, True,
+    "Report NVIDIA GPUs on the PCI bus that the NVIDIA driver does not expose (no driver "
+    "loaded, the driver not bound to the card) as hw_gpu_up 0 and hw_status failed, by PCI "
+    "address. --no-collector.nvidia.pci: hosts that have NVIDIA GPUs without the NVIDIA "
+    "driver on purpose.", is_flag=True)
 # Reading the driver's procfs files asks the driver; should that hang, a scrape waits
 # this long at most (and later ones not at all until it returns).
 _DRIVER_READ_SECONDS = 0.25
@@ -106,6 +114,7 @@ class NvmlStack:
         self._driver_worker = Worker("nvidia-driver")
         self._driver_job: Job[DriverGpus | None] | None = None
         self.driver: DriverGpus | None = None  # the last read of the driver's list
+        self.bus = BusGpus()  # the PCI bus's NVIDIA GPUs the driver does not expose
         self._known: dict[str, GpuIdentity] = {}  # identities read, by PCI address
         self._uncounted_known: frozenset[str] = frozenset()
         self.users = 0
@@ -147,7 +156,9 @@ class NvmlStack:
             pynvml.nvmlInit()
         except pynvml.NVMLError as exc:
             self.unavailable = init_failure(exc)
+            self._read_bus(nvml_up=False)
             raise self.unavailable from None
+        self._read_bus(nvml_up=True)
         try:
             count = int(pynvml.nvmlDeviceGetCount())
             version = _text(pynvml.nvmlSystemGetDriverVersion())
@@ -165,7 +176,7 @@ class NvmlStack:
         self._generation += 1
         session = Session(self._generation, version, count, events,
                           pending=dict.fromkeys(range(count)))
-        if count == 0 and not (self.driver and self.driver.gpus):
+        if count == 0 and not (self.driver and self.driver.gpus) and not self.bus.failed:
             events.stop()
             _shutdown()
             self.unavailable = NvmlUnavailable(
@@ -208,7 +219,7 @@ class NvmlStack:
 
     # -- GPUs that cannot be read ------------------------------------------------------
     def _unresolved(self, session: Session) -> bool:
-        if session.pending:
+        if session.pending or self.bus.failed:
             return True
         identified = self._identified(session)
         return any(g.pci_address not in identified for g in self._driver_gpus())
@@ -219,6 +230,7 @@ class NvmlStack:
         discovery tried again for GPUs NVML counts but could not identify."""
         self._last_check = time.monotonic()
         self._read_driver(deadline)
+        self._read_bus(nvml_up=True)
         try:
             count = int(pynvml.nvmlDeviceGetCount())
         except pynvml.NVMLError as exc:
@@ -297,9 +309,13 @@ class NvmlStack:
         unmatched = [g for g in self._driver_gpus()
                      if g.pci_address not in identified and g.pci_address not in seen.values()]
         blind = sorted(i for i in pending if i not in seen)
-        if blind and len(blind) == len(unmatched):
+        # Without the driver's list (no /proc/driver/nvidia here), the PCI bus's GPUs
+        # bound to the NVIDIA driver are the candidates.
+        candidates = [g.pci_address for g in unmatched] if self.driver is not None else [
+            a for a in self.bus.bound if a not in identified and a not in seen.values()]
+        if blind and len(blind) == len(candidates):
             # NVML numbers GPUs in PCI order: the unidentified ones are the unmatched.
-            seen.update(zip(blind, (g.pci_address for g in unmatched), strict=True))
+            seen.update(zip(blind, candidates, strict=True))
             unmatched = []
         driver = {g.pci_address: g for g in self._driver_gpus()}
         out = []
@@ -318,6 +334,16 @@ class NvmlStack:
                 "failed" if session is not None else None,
                 f"NVIDIA GPU {g.pci_address} is listed by the driver but NVML does not count "
                 f"it: the driver could not initialise it ({FIX_CHECK})"))
+        if self._settings.get(PCI):
+            for b in self.bus.failed:
+                if b.pci_address in identified:
+                    continue
+                identity = self._identity(session, b.pci_address, (after, b.pci_address), None)
+                if not identity.name and b.name:
+                    identity = dataclasses.replace(identity, name=b.name)
+                out.append(Missing(b.pci_address, identity, "failed",
+                                   f"NVIDIA GPU {b.pci_address} is on the PCI bus but not "
+                                   f"exposed: {b.reason}"))
         return out
 
     def _identity(self, session: Session | None, pci: str, order_key: tuple[int | str, ...],
@@ -368,7 +394,39 @@ class NvmlStack:
             except OSError as exc:
                 log.warning("reading the NVIDIA driver's GPU list: %s", exc)
 
+    def _read_bus(self, *, nvml_up: bool) -> None:
+        """The PCI bus's NVIDIA GPUs, against the driver's list (sysfs only: the driver is
+        not asked)."""
+        if not self._settings.get(PCI):
+            return
+        try:
+            self.bus = read_bus_gpus(self._settings.sysfs, self.driver, nvml_up=nvml_up)
+        except OSError as exc:
+            log.warning("reading the PCI bus for NVIDIA GPUs: %s", exc)
+
     # -- features ----------------------------------------------------------------------
+    def bus_state(self) -> Availability:
+        """`nvidia.pci`: NVIDIA GPUs of the PCI bus the driver does not expose, and why."""
+        if not self._settings.get(PCI):
+            return Availability.disabled("turned off by --no-collector.nvidia.pci",
+                                         "--collector.nvidia.pci turns it on")
+        went = "; ".join(f"{b.pci_address} {b.reason}" for b in self.bus.elsewhere)
+        if not self.bus.failed:
+            return Availability.enabled(
+                "every NVIDIA GPU on the PCI bus is exposed by the driver"
+                + (f" or bound elsewhere: {went}" if went else ""))
+        no_driver = any("not loaded" in b.reason for b in self.bus.failed)
+        by_reason: dict[str, list[str]] = {}
+        for b in self.bus.failed:
+            by_reason.setdefault(b.reason, []).append(b.pci_address)
+        return Availability.unavailable(
+            "NVIDIA GPU(s) on the PCI bus the driver does not expose, read as hw_gpu_up 0: "
+            + "; ".join(f"{why}: {', '.join(gpus)}" for why, gpus in by_reason.items())
+            + (f"; elsewhere: {went}" if went else ""),
+            (FIX_DRIVER if no_driver else f"{FIX_CHECK}; a card that stays unbound after "
+             "a reboot is faulty") + "; a host without the NVIDIA driver on purpose: "
+            "--no-collector.nvidia.pci")
+
     def nvml_state(self) -> Availability:
         session = self.current
         if session is not None and not session.gone:

@@ -10,16 +10,20 @@ from typing import Any
 
 import pynvml
 
-from gpu_exporter.nvml import fields, nvlink, pcie
+from gpu_exporter.nvml import fields, nvlink, pcie, xid_catalog
 from gpu_exporter.nvml.calls import Calls, DeviceLost, Versions, by_name
 from gpu_exporter.nvml.devices import NvmlDevice
 from gpu_exporter.records import (
+    RECOVERY_ACTIONS,
+    EccSeverity,
     ErrorType,
     GpmReading,
     GpuReading,
     GpuTask,
     HealthState,
     PcieLink,
+    RecoveryAction,
+    VgpuLicenseState,
 )
 
 # nvmlClocksEventReason* bits, named as the metric's `reason` label.
@@ -35,10 +39,16 @@ CLOCK_EVENT_REASONS: Mapping[str, int] = {
     "display_clock_setting": pynvml.nvmlClocksEventReasonDisplayClockSetting,
 }
 # Health rule (docs/nvidia.md, "Health"): failed when lost, when volatile uncorrected ECC errors
-# are pending, when row remapping failed, or after an XID that means the GPU needs a
-# reset (48 double-bit ECC, 79 fallen off the bus, 95 uncontained ECC); degraded while
-# the hardware slows the clocks down or pages/rows wait to be retired/remapped.
-FAILED_XIDS = frozenset({48, 79, 95})
+# are pending, when row remapping failed, or after an XID whose first action in NVIDIA's
+# Xid Catalog is a GPU reset or a reboot (48 double-bit ECC, 79 fallen off the bus, 95
+# uncontained ECC, ...); degraded while the hardware slows the clocks down or pages/rows
+# wait to be retired/remapped.
+FAILED_XID_ACTIONS = frozenset({"reset_gpu", "restart_bm", "workflow_xid_48"})
+# The driver's own verdict: a reset or a reboot needed is failed; draining peer traffic
+# or recovering the IMEX domain, degraded.
+FAILED_RECOVERY = frozenset({"gpu_reset", "node_reboot", "drain_and_reset", "bus_reset",
+                             "system_reboot"})
+DEGRADED_RECOVERY = frozenset({"drain_p2p", "recover_imex_domain"})
 DEGRADED_REASONS = frozenset({"hw_slowdown", "hw_thermal", "hw_power_brake", "sw_thermal"})
 
 _CLOCKS: Mapping[str, int] = {
@@ -70,10 +80,38 @@ class DeviceResult:
     failures: tuple[tuple[str, str], ...] = ()
 
 
-def memory(call: Calls, handle: Any) -> tuple[int | None, int | None]:
-    """(used, total) bytes."""
+def memory(call: Calls, handle: Any) -> tuple[int | None, int | None, int | None]:
+    """(used, total, reserved by the driver) bytes; reserved only from v2."""
     mem = memory_info.read(call, handle)
-    return (int(mem.used), int(mem.total)) if mem is not None else (None, None)
+    if mem is None:
+        return None, None, None
+    reserved = getattr(mem, "reserved", None)
+    return int(mem.used), int(mem.total), None if reserved is None else int(reserved)
+
+
+_SEVERITIES: tuple[EccSeverity, ...] = ("corrected", "uncorrected")
+
+
+def recovery_action(value: float | None) -> RecoveryAction | None:
+    """NVML's GPU recovery action by its nvml.h number (0..7); any other is unknown."""
+    if value is None:
+        return None
+    code = int(value)
+    return RECOVERY_ACTIONS[code] if 0 <= code < len(RECOVERY_ACTIONS) - 1 else "unknown"
+
+
+def _counts(values: Mapping[str, float], prefix: str) -> dict[EccSeverity, int]:
+    out: dict[EccSeverity, int] = {}
+    for severity in _SEVERITIES:
+        value = values.get(f"{prefix}_{severity}")
+        if value is not None:
+            out[severity] = int(value)
+    return out
+
+
+def _flag(values: Mapping[str, float], name: str) -> bool | None:
+    value = values.get(name)
+    return None if value is None else bool(value)
 
 
 def read(dev: NvmlDevice, xids: Mapping[int, int] | None = None) -> DeviceResult:
@@ -93,7 +131,7 @@ def read(dev: NvmlDevice, xids: Mapping[int, int] | None = None) -> DeviceResult
     for mig in dev.migs:
         mig_call = Calls(mig.identity.key)
         try:
-            used, total = memory(mig_call, mig.handle)
+            used, total, _ = memory(mig_call, mig.handle)
             gi = mig.instance[0] if mig.instance else None
             readings.append(GpuReading(mig.identity, up=True, memory_usage_bytes=used,
                                        memory_limit_bytes=total, state=reading.state,
@@ -128,7 +166,7 @@ def _read_physical(call: Calls, dev: NvmlDevice, xids: Mapping[int, int] | None,
         value = call(what, fn, h)
         if value is not None:
             utilization[task] = value[0] / 100.0  # type: ignore[index]
-    used, total = memory(call, h)
+    used, total, reserved = memory(call, h)
     power = call("nvmlDeviceGetPowerUsage", pynvml.nvmlDeviceGetPowerUsage, h)
     limit = call("nvmlDeviceGetEnforcedPowerLimit", pynvml.nvmlDeviceGetEnforcedPowerLimit, h)
     values = fields.read(call, h, dev.fields)
@@ -184,17 +222,43 @@ def _read_physical(call: Calls, dev: NvmlDevice, xids: Mapping[int, int] | None,
                 if dev.nvlinks else None),
         gpm=gpm,
         gpm_instances=gpm_instances,
+        recovery_action=recovery_action(values.get(fields.RECOVERY_ACTION)),
+        remapped_rows=_counts(values, "remapped_rows"),
+        row_remap_pending=_flag(values, "remapped_rows_pending"),
+        row_remap_failure=_flag(values, "remapped_rows_failure"),
+        retired_pages=_counts(values, "retired_pages"),
+        retired_pages_pending=_flag(values, "retired_pages_pending"),
+        memory_reserved_bytes=reserved,
+        vgpu_license_state=(vgpu_license(call, h) if dev.vgpu_license is not None
+                            and dev.vgpu_license.state == "enabled" else None),
     )
+
+
+def vgpu_license(call: Calls, handle: Any) -> VgpuLicenseState | None:
+    """A vGPU guest's licence: the state of its vGPU feature (or of the only feature)."""
+    got = call("nvmlDeviceGetGridLicensableFeatures",
+               pynvml.nvmlDeviceGetGridLicensableFeatures, handle)
+    if got is None or not got.isGridLicenseSupported:
+        return None
+    features = list(got.gridLicensableFeatures)[:min(int(got.licensableFeaturesCount), 3)]
+    vgpu = [f for f in features if f.featureCode == pynvml.NVML_GRID_LICENSE_FEATURE_CODE_VGPU]
+    chosen = vgpu or features[:1]
+    if not chosen:
+        return None
+    return "licensed" if chosen[0].featureState else "unlicensed"
 
 
 def health(
     errors: Mapping[ErrorType, int], throttle: Mapping[str, bool], values: Mapping[str, float],
     xids: Mapping[int, int],
 ) -> HealthState:
+    verdict = recovery_action(values.get(fields.RECOVERY_ACTION))
     if (errors.get("uncorrected", 0) > 0 or values.get("remapped_rows_failure", 0)
-            or any(xids.get(x, 0) for x in FAILED_XIDS)):
+            or verdict in FAILED_RECOVERY
+            or any(n and xid_catalog.action(x) in FAILED_XID_ACTIONS for x, n in xids.items())):
         return "failed"
     if (any(throttle.get(r) for r in DEGRADED_REASONS)
-            or values.get("retired_pages_pending", 0) or values.get("remapped_rows_pending", 0)):
+            or values.get("retired_pages_pending", 0) or values.get("remapped_rows_pending", 0)
+            or verdict in DEGRADED_RECOVERY):
         return "degraded"
     return "ok"

@@ -47,7 +47,8 @@ IDLE_GPU = 4
 
 
 def scenario(pid: int, workloads: dict[int, list[Workload]] | None = None) -> fake.Scenario:
-    """Five H100s: 0 busy with a critical XID, 1 nearly idle, 2 thermally throttled with
+    """Five H100s: 0 busy with a critical XID (79: reboot the node), 1 nearly idle with
+    an application XID (13) and one past NVIDIA's catalog (999), 2 thermally throttled with
     XID 63 (row remapping recorded),
     3 with an uncorrected ECC error and its memory almost full, held busy by little work
     (utilization 97 %, SM activity 4 %: GpuBusyButSmIdle), 4 idle (held by a pod in the
@@ -58,6 +59,7 @@ def scenario(pid: int, workloads: dict[int, list[Workload]] | None = None) -> fa
         devices[i].processes = [("compute", w.pid, w.memory_bytes, None, None)
                                 for w in procs]
     devices[1].values["util_gpu"] = 3
+    devices[1].xids = [13, 999]
     devices[IDLE_GPU].values.update({"util_gpu": 0, "util_memory": 0, "power_usage_mw": 70_000,
                                      "memory_used": 2 * GIB})
     devices[2].values["clocks_event_reasons"] = fake.REASON_HW_THERMAL | fake.REASON_SW_THERMAL

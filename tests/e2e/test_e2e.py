@@ -170,8 +170,9 @@ def test_values_are_right_on_both_servers(stack: Stack) -> None:
 
 def test_alerts_fire_in_prometheus_and_through_vmalert(stack: Stack) -> None:
     """The alerts without `for:` that this node deserves fire on both paths, with their
-    labels: uncorrected ECC on GPU 3 and XID 79 on GPU 0."""
-    want = {("GpuUncorrectedEccErrors", "3"), ("GpuCriticalXid", "0")}
+    labels: uncorrected ECC on GPU 3 and XID 79 on GPU 0 (the Xid Catalog's RESTART_BM: the
+    node must be rebooted, by whoever runs the infrastructure)."""
+    want = {("GpuUncorrectedEccErrors", "3"), ("GpuNodeRebootRequired", "0")}
     prom_alerts = stack.prom.get_json("/api/v1/alerts")["data"]["alerts"]
     got = {(a["labels"]["alertname"], a["labels"].get("gpu_index")) for a in prom_alerts
            if a["state"] == "firing"}
@@ -181,9 +182,11 @@ def test_alerts_fire_in_prometheus_and_through_vmalert(stack: Stack) -> None:
     stack.alertmanager.wait_ready()
     am = _wait_am(stack, want)
     for a in am:
-        if a["labels"]["alertname"] == "GpuCriticalXid":
+        if a["labels"]["alertname"] == "GpuNodeRebootRequired":
             assert a["labels"]["xid"] == "79" and a["labels"]["severity"] == "critical"
-            assert a["annotations"]["runbook_url"].endswith("/runbooks.md#gpucriticalxid")
+            assert a["labels"]["action"] == "restart_bm"
+            assert a["labels"]["owner"] == "infrastructure"
+            assert a["annotations"]["runbook_url"].endswith("/runbooks.md#gpunoderebootrequired")
 
 
 def _wait_am(stack: Stack, want: set[tuple[str, str]]) -> list[dict[str, Any]]:

@@ -569,6 +569,59 @@ nvmlReturn_t nvmlDeviceGetPcieReplayCounter(nvmlDevice_t dev, unsigned int *v) {
     return uint_of(s, "pcie_replay", v);
 }
 
+/* Row remapping as its own function: needs all four `remapped_rows_*` keys. */
+nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t dev, unsigned int *corr, unsigned int *unc,
+                                       unsigned int *pending, unsigned int *failure) {
+    DEVICE("nvmlDeviceGetRemappedRows");
+    if (!corr || !unc || !pending || !failure) return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t r = uint_of(s, "remapped_rows_corrected", corr);
+    if (r == NVML_SUCCESS) r = uint_of(s, "remapped_rows_uncorrected", unc);
+    if (r == NVML_SUCCESS) r = uint_of(s, "remapped_rows_pending", pending);
+    if (r == NVML_SUCCESS) r = uint_of(s, "remapped_rows_failure", failure);
+    return r;
+}
+
+/* Virtualization: `virtualization_mode N` (nvmlGpuVirtualizationMode_t: 0 none,
+ * 1 passthrough, 2 vGPU guest, 3 vGPU host); absent: NOT_SUPPORTED. */
+nvmlReturn_t nvmlDeviceGetVirtualizationMode(nvmlDevice_t dev, unsigned int *mode) {
+    DEVICE("nvmlDeviceGetVirtualizationMode");
+    return uint_of(s, "virtualization_mode", mode);
+}
+
+/* A vGPU guest's licence: `vgpu_licensed 0/1` gives one licensable feature, the vGPU
+ * (featureCode 1), in that state; absent: NOT_SUPPORTED. Layout of nvml.h's v4. */
+typedef struct {
+    unsigned int year;
+    unsigned short month, day, hour, min, sec;
+    unsigned char status;
+} grid_license_expiry_t;
+typedef struct {
+    unsigned int featureCode, featureState;
+    char licenseInfo[128], productName[128];
+    unsigned int featureEnabled;
+    grid_license_expiry_t licenseExpiry;
+} grid_feature_t;
+typedef struct {
+    int isGridLicenseSupported;
+    unsigned int licensableFeaturesCount;
+    grid_feature_t gridLicensableFeatures[3];
+} grid_features_t;
+
+nvmlReturn_t nvmlDeviceGetGridLicensableFeatures_v4(nvmlDevice_t dev, grid_features_t *g) {
+    DEVICE("nvmlDeviceGetGridLicensableFeatures_v4");
+    unsigned long long licensed;
+    if (!g) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!get_ull(s, "vgpu_licensed", &licensed)) return NVML_ERROR_NOT_SUPPORTED;
+    memset(g, 0, sizeof *g);
+    g->isGridLicenseSupported = 1;
+    g->licensableFeaturesCount = 1;
+    g->gridLicensableFeatures[0].featureCode = 1;  /* NVML_GRID_LICENSE_FEATURE_CODE_VGPU */
+    g->gridLicensableFeatures[0].featureState = licensed ? 1 : 0;
+    g->gridLicensableFeatures[0].featureEnabled = 1;
+    snprintf(g->gridLicensableFeatures[0].productName, 128, "NVIDIA Virtual Compute Server");
+    return NVML_SUCCESS;
+}
+
 /* PCIe link: `pcie_gen_current`, `pcie_gen_max` (the most this GPU and its slot allow),
  * `pcie_gen_gpu_max` (the GPU alone), `pcie_width_current`, `pcie_width_max` (GPU and
  * slot). The speeds follow from the generations. */
@@ -643,10 +696,14 @@ static const struct { unsigned int id; const char *key; int type; } fields[] = {
     {1, "ecc_mode", VALUE_UINT},
     {3, "ecc_corrected", VALUE_ULL},
     {4, "ecc_uncorrected", VALUE_ULL},
+    {29, "retired_pages_corrected", VALUE_UINT},   /* NVML_FI_DEV_RETIRED_SBE */
+    {30, "retired_pages_uncorrected", VALUE_UINT}, /* NVML_FI_DEV_RETIRED_DBE */
     {31, "retired_pages_pending", VALUE_UINT},
     {82, "temp_memory", VALUE_UINT},
     {83, "energy_mj", VALUE_ULL},
     {94, "pcie_replay", VALUE_UINT},
+    {142, "remapped_rows_corrected", VALUE_UINT},
+    {143, "remapped_rows_uncorrected", VALUE_UINT},
     {144, "remapped_rows_pending", VALUE_UINT},
     {145, "remapped_rows_failure", VALUE_UINT},
     {173, "pcie_correctable_errors", VALUE_ULL},
@@ -654,6 +711,8 @@ static const struct { unsigned int id; const char *key; int type; } fields[] = {
     {180, "pcie_fatal_errors", VALUE_ULL},
     {197, "pcie_tx_bytes", VALUE_ULL},
     {198, "pcie_rx_bytes", VALUE_ULL},
+    /* NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: nvmlDeviceGpuRecoveryAction_t, any number */
+    {230, "recovery_action", VALUE_UINT},
 };
 
 /* ---- NVLink ------------------------------------------------------------------------ */

@@ -269,8 +269,11 @@ def h100(i: int) -> Device:
             "ecc_corrected": i,
             "ecc_uncorrected": 0,
             "retired_pages_pending": 0,
+            "remapped_rows_corrected": i,
+            "remapped_rows_uncorrected": 0,
             "remapped_rows_pending": 0,
             "remapped_rows_failure": 0,
+            "recovery_action": 0,  # NVML_GPU_RECOVERY_ACTION_NONE
             "pcie_replay": 2 * i,
             "pcie_tx_bytes": 1_000_000_000 + i,
             "pcie_rx_bytes": 2_000_000_000 + i,

@@ -235,23 +235,29 @@ def test_xid_events_are_counted(fake_lib: Path, tmp_path: Path) -> None:
     with running(fake_lib, sc, tmp_path) as exp:
         s = parse(exp.scrape())
         assert value(s, "hw_errors_total", hw_id=uuid(6), error_type="xid") == 0
-        sc.devices[6].xids = [13, 79, 13]
+        sc.devices[6].xids = [13, 79, 13, 4000]  # 4000: a code past NVIDIA's catalog
         sc.write()
 
         def counted(s: list[Series]) -> bool:
             return bool(find(s, "hw_errors_total", hw_id=uuid(6), error_type="xid")) and \
-                value(s, "hw_errors_total", hw_id=uuid(6), error_type="xid") == 3
+                value(s, "hw_errors_total", hw_id=uuid(6), error_type="xid") == 4
 
         s = wait_for(exp, counted)
-        assert value(s, "hw_gpu_xid_errors_total", hw_id=uuid(6), xid="13") == 2
-        assert value(s, "hw_gpu_xid_errors_total", hw_id=uuid(6), xid="79") == 1
+        # each code with what NVIDIA's Xid Catalog says to do first
+        assert value(s, "hw_gpu_xid_errors_total", hw_id=uuid(6), xid="13",
+                     action="restart_app") == 2
+        assert value(s, "hw_gpu_xid_errors_total", hw_id=uuid(6), xid="79",
+                     action="restart_bm") == 1
+        assert value(s, "hw_gpu_xid_errors_total", hw_id=uuid(6), xid="4000",
+                     action="unknown") == 1
+        assert value(s, "hw_gpu_power_draw_watts", hw_id=uuid(6)) > 0  # nothing else hidden
         assert value(s, "hw_status", hw_id=uuid(6), hw_state="failed") == 1  # 79: off the bus
         assert value(s, "hw_errors_total", hw_id=uuid(5), error_type="xid") == 0
         assert not find(s, "hw_gpu_xid_errors_total", hw_id=uuid(5))
         # each event is delivered once: later scrapes do not count it again
         time.sleep(0.6)
         s = parse(exp.scrape())
-        assert value(s, "hw_errors_total", hw_id=uuid(6), error_type="xid") == 3
+        assert value(s, "hw_errors_total", hw_id=uuid(6), error_type="xid") == 4
 
 
 def test_gpu_hanging_at_discovery_delays_nothing(fake_lib: Path, tmp_path: Path) -> None:

@@ -91,6 +91,8 @@ def test_promtool_and_golden(h100_scrape: str) -> None:
 # the board has no fan; XID counts appear with the first event (tested elsewhere).
 NOT_FROM_H100 = {c.HW_GPU_FAN_SPEED_RPM.name, c.HW_GPU_FAN_SPEED_RATIO.name,
                  c.HW_GPU_XID_ERRORS.name,
+                 # older GPUs (page retirement) and vGPU guests only: tests/nvidia/test_recovery.py
+                 c.HW_GPU_MEMORY_RETIRED_PAGES.name, c.HW_GPU_VGPU_LICENSE_STATE.name,
                  # device families of the processes collector (attribution, allocations)
                  c.HW_GPU_ENERGY_UNATTRIBUTED.name, c.K8S_GPU_ALLOCATION_INFO.name}
 
