@@ -18,6 +18,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from importlib import resources
 from typing import Any
 
@@ -38,6 +39,7 @@ from gpu_exporter.ebpf.reading import (
     Launches,
     NvmlView,
     cumulative,
+    order,
 )
 from gpu_exporter.ebpf.resolve import Resolver
 
@@ -184,6 +186,13 @@ def check(bcc: Any) -> str:
         bpf.cleanup()
 
 
+Row = tuple[tuple[int, CallKey, int], int]  # ((family, key, slot), count)
+# A counter of the BPF maps: (where: _STATS or _SHAPES, process, family, sub, id, device,
+# slot); a launch counter of a shape value is the same as its `stats` key would be.
+_Counter = tuple[int, int, int, int, int, int, int]
+_STATS, _SHAPES = 0, 1
+
+
 @dataclass
 class _Totals:
     """Counts folded in from processes that have exited (their map entries are freed)."""
@@ -214,6 +223,10 @@ def _serial(fam: int, sub: int, ident: int) -> int | None:
     return None
 
 
+def _one_row(key: tuple[int, CallKey, int], n: int) -> list[Row]:
+    return [(key, n)]
+
+
 class _Pending(Exception):
     """A graph launch's executable graph: its event has not been read yet."""
 
@@ -241,6 +254,9 @@ class Engine:
         self._retired = _Totals()
         self._nvml: NvmlView | None = None  # for the read under way
         self._devices: dict[tuple[int, int, int, bool], str] = {}
+        # What each counter had counted when last read with no device known: it stays in
+        # the device-less series once the device is known (see _split).
+        self._undeviced: dict[_Counter, int] = {}
         self.graphs = Graphs()
         self._graph_drops = 0  # graph events lost, as last seen
         # Exited processes not folded yet: (polls begun when first held, when first held).
@@ -509,28 +525,52 @@ class Engine:
                     out.append((tgid, v))
         return out
 
-    def _shape_rows(self, tgid: int, v: Any, strict: bool = False,
-                    ) -> Iterator[tuple[tuple[int, CallKey, int], int]]:
+    def _shape_rows(self, tgid: int, v: Any, strict: bool = False) -> Iterator[Row]:
         """A process's shape value: its grid and block histograms, and the launch counters
         kept there (see struct lslot); a counter of a graph whose event has not been read
-        is left out (`strict`: raises _Pending)."""
+        is left out (`strict`: raises _Pending, and only that is of use)."""
         key = self._key(tgid, abi.FAM_GRID, 0, 0)
         for fam, slots, total in ((abi.FAM_GRID, v.grid, v.grid_sum),
                                   (abi.FAM_BLOCK, v.block, v.block_sum)):
-            for slot, n in enumerate(slots):
-                if n:
-                    yield (fam, key, slot), int(n)
-            yield (fam, key, abi.SLOT_SUM), int(total)
+            for slot, n in [*enumerate(slots), (abi.SLOT_SUM, total)]:
+                if n or slot == abi.SLOT_SUM:
+                    yield from self._split((_SHAPES, tgid, fam, 0, 0, 0, slot),
+                                           partial(_one_row, (fam, key, slot)), int(n))
         for launch in v.launches:
             tag, n = int(launch.tag), int(launch.n)
             if not tag:
                 continue
             api, ident, dev = _launch_tag(tag)
             try:
-                yield from list(self._rows(tgid, abi.FAM_LAUNCH, api, ident, dev, 0, n))
+                yield from self._counter_rows(_SHAPES, tgid, abi.FAM_LAUNCH, api, ident, dev,
+                                              0, n)
             except _Pending:
                 if strict:
                     raise
+
+    def _counter_rows(self, where: int, tgid: int, fam: int, sub: int, ident: int, dev: int,
+                      slot: int, n: int) -> list[Row]:
+        """The rows of one BPF counter that has counted `n` (see _rows and _split)."""
+        return self._split((where, tgid, fam, sub, ident, dev, slot),
+                           lambda m: list(self._rows(tgid, fam, sub, ident, dev, slot, m)), n)
+
+    def _split(self, counter: _Counter, rows: Callable[[int], list[Row]], n: int) -> list[Row]:
+        """The rows of `counter` at `n`, split where its device became known: what it had
+        counted when last read without a device stays in the device-less series it was
+        reported in, and only what it counted since goes to its device's series. Without
+        --ebpf.pid-label the device-less series is shared by every process of the name:
+        moving a process's whole count out of it would make it go down (a counter reset
+        to Prometheus, and increase() counting those launches twice)."""
+        now = rows(n)
+        if not now or now[0][0][1].device is None:
+            if n:
+                self._undeviced[counter] = n
+            return now
+        before = self._undeviced.get(counter, 0)
+        if not before:
+            return now
+        return [*(((fam, key._replace(device=None), slot), m)
+                  for (fam, key, slot), m in rows(before)), *rows(n - before)]
 
     def _rows(self, tgid: int, fam: int, sub: int, ident: int, dev: int, slot: int, n: int,
               ) -> Iterator[tuple[tuple[int, CallKey, int], int]]:
@@ -657,8 +697,8 @@ class Engine:
                 final_stats.append(k)
                 continue
             with contextlib.suppress(_Pending):  # counted at a later read
-                for key, n in self._rows(int(k.tgid), k.fam, k.sub, k.id, int(k.dev),
-                                         k.slot, _int(v)):
+                for key, n in self._counter_rows(_STATS, int(k.tgid), k.fam, k.sub, k.id,
+                                                 int(k.dev), k.slot, _int(v)):
                     totals[key] += n
         in_slots: dict[int, set[int]] = defaultdict(set)
         for tgid, v in shapes:
@@ -761,6 +801,8 @@ class Engine:
                     del execs[k]
         for cached in [k for k in self._devices if k[0] in tgids]:
             del self._devices[cached]
+        for counter in [c for c in self._undeviced if c[1] in tgids]:
+            del self._undeviced[counter]
 
     def _fold_stats(self, keys: list[Any], totals: dict[tuple[int, CallKey, int], int]
                     ) -> list[Any]:
@@ -772,9 +814,11 @@ class Engine:
         for k in keys:
             try:
                 n = _int(stats[k])  # final: nothing adds to it any more
-                rows = list(self._rows(int(k.tgid), int(k.fam), int(k.sub), int(k.id),
-                                       int(k.dev), int(k.slot), n))
+                counter = (_STATS, int(k.tgid), int(k.fam), int(k.sub), int(k.id),
+                           int(k.dev), int(k.slot))
+                rows = self._counter_rows(*counter, n)
                 del stats[k]
+                self._undeviced.pop(counter, None)
             except (KeyError, _Pending):
                 continue
             moved.append(k)
@@ -834,7 +878,7 @@ class Engine:
                 h[slot] = h.get(slot, 0) + n
         out_launches = []
         overflow = 0
-        for key, n in sorted(launches.items()):
+        for key, n in sorted(launches.items(), key=lambda kv: order(kv[0])):
             if key.kernel_name == OTHER:
                 overflow += n
             out_launches.append(Launches(key.kernel_name, key.executable, key.api, key.pid, n,
@@ -844,7 +888,7 @@ class Engine:
                    ) -> list[CallHistogram]:
             return [
                 CallHistogram(key, cumulative(slots, sums.get((f, key), 0), bounds, scale))
-                for (f, key), slots in sorted(hists.items())
+                for (f, key), slots in sorted(hists.items(), key=lambda h: order(h[0][1]))
                 if f == fam
             ]
 
@@ -861,7 +905,7 @@ class Engine:
             copies_bytes=family(abi.FAM_COPY, BYTES_BOUNDS_LOG2),
             allocations_bytes=family(abi.FAM_ALLOC, BYTES_BOUNDS_LOG2),
             sync_duration_seconds=family(abi.FAM_SYNC, SECONDS_BOUNDS_LOG2_NS, 1e-9),
-            errors=[CallCount(k, n) for k, n in sorted(errors.items())],
+            errors=[CallCount(k, n) for k, n in sorted(errors.items(), key=lambda e: order(e[0]))],
             dropped=dropped,
             attached_libraries=self.attached_libraries,
             kernel_names_overflow=overflow,
