@@ -12,6 +12,7 @@ import ctypes
 import logging
 import os
 import re
+import struct
 import threading
 import time
 from collections import Counter, defaultdict
@@ -46,6 +47,7 @@ from gpu_exporter.ebpf.resolve import Resolver
 log = logging.getLogger("gpu_exporter.ebpf")
 
 _POLL_MS = 100
+_EVENT_START = struct.Struct("<II")  # every event of `events` starts: type, tgid
 # A process that exited with a graph launch whose executable graph's event has not been
 # read is held back (not folded) until the event loop has read every event written
 # before: then the event was read, or lost and counted. This bounds the wait should the
@@ -251,6 +253,7 @@ class Engine:
         self._detaching: dict[FileId, Future[None]] = {}
         self._detacher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ebpf-detach")
         self._to_scan: set[int] = set()
+        self._sighted: set[int] = set()  # processes whose maps were read at their first event
         self._retired = _Totals()
         self._nvml: NvmlView | None = None  # for the read under way
         self._devices: dict[tuple[int, int, int, bool], str] = {}
@@ -353,14 +356,17 @@ class Engine:
         self._polls_begun += 1
         begun = self._polls_begun
         self._bpf.ring_buffer_poll(wait_ms)
-        self._graph_events_lost()
+        self._read_out()
         self._polled = begun
         self._scan_asked()
 
     def _on_event(self, _ctx: Any, data: Any, size: int) -> int:
         try:
             raw = ctypes.string_at(data, size)
-            if abi.GRAPH_EVENT.unpack_from(raw)[0] in abi.GRAPH_EVENTS:
+            etype, tgid = _EVENT_START.unpack_from(raw)
+            if tgid not in self._sighted:
+                self._sight(tgid)
+            if etype in abi.GRAPH_EVENTS:
                 node = self.graphs.on_event(raw)
                 if node is not None:  # named after the names read before it
                     self.resolver.want_name(*node)
@@ -370,15 +376,31 @@ class Engine:
             log.exception("eBPF event")
         return 0
 
-    def _graph_events_lost(self) -> None:
-        """After the events read: if graph events were lost meanwhile, what was being
-        built is not known whole (see Graphs.events_lost)."""
+    def _sight(self, tgid: int) -> None:
+        """A process's first event: its maps are read now, in the order of its events,
+        while it most likely still runs, so that its kernels can be named after it exits.
+        The scans the loop does between reads come too late for a short-lived process
+        whose events keep coming: libbpf reads a ring buffer until no new record arrives,
+        so a burst is read out (and named) only after it ends."""
+        self._sighted.add(tgid)
+        for pid, maps in self.scanner.scan_pid(tgid).cuda_maps.items():
+            self.resolver.remember(pid, maps)
+
+    def _read_out(self) -> None:
+        """After a poll: the graph events lost so far and the last serial given, then
+        every record written before them read; only then, if graph events were lost,
+        what was being built is not known whole (see Graphs.events_lost). A poll may
+        return before reading a record written before it (a signal interrupts its wait:
+        a stopped and continued exporter): judged by a loss counted before it was read,
+        every graph read after would be unknown."""
         drops = self._bpf["drops"]
         lost = _int(drops[drops.Key(abi.DROP_GRAPH_EVENTS_FULL)])
+        state = self._bpf["graph_state"]
+        serial = _int(state[state.Key(2)])
+        self._bpf.ring_buffer_consume()
         if lost != self._graph_drops:
             self._graph_drops = lost
-            state = self._bpf["graph_state"]
-            self.graphs.events_lost(_int(state[state.Key(2)]))
+            self.graphs.events_lost(serial)
 
     def _on_proc_event(self, _ctx: Any, data: Any, size: int) -> int:
         _, tgid = abi.PROC_EVENT.unpack(ctypes.string_at(data, abi.PROC_EVENT.size))
@@ -411,6 +433,7 @@ class Engine:
         self._attach_new(found.cuda_files.values())
         self._detach_unmapped(set(found.cuda_files))
         self.resolver.prune(lambda pid: os.path.exists(f"{self.procfs}/{pid}"))
+        self._sighted = {t for t in self._sighted if os.path.exists(f"{self.procfs}/{t}")}
         self.resolver.name_new_keys()
 
     def _attach_new(self, cands: Iterable[Candidate]) -> None:
