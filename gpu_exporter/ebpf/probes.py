@@ -590,7 +590,7 @@ class Engine:
                 self._undeviced[counter] = n
             return now
         before = self._undeviced.get(counter, 0)
-        if not before:
+        if not before or n < before:  # (less: not the counter it was, a reused pid)
             return now
         return [*(((fam, key._replace(device=None), slot), m)
                   for (fam, key, slot), m in rows(before)), *rows(n - before)]

@@ -1,7 +1,8 @@
 """eBPF drills with real uprobes on the fake CUDA libraries (tests/ebpf builds them):
 a traced process killed in the middle of its calls, 1,000 short-lived processes, and a
 process that launches more distinct kernels than the counter map holds, one that
-builds more CUDA graphs than are kept, and one that updates an executable graph more
+builds more CUDA graphs than are kept, one that builds more graphs than the event buffer
+holds while the exporter is stopped, and one that updates an executable graph more
 times than executable graphs are kept. tests/ebpf
 covers SIGTERM detaching every probe and the drop counters being exported; these are
 the rest of the issue's eBPF drills. Needs root, bcc and kernel headers, as CI has.
