@@ -261,7 +261,8 @@ class Engine:
         # the device-less series once the device is known (see _split).
         self._undeviced: dict[_Counter, int] = {}
         self.graphs = Graphs()
-        self._graph_drops = 0  # graph events lost, as last seen
+        self._graph_drops = 0  # graph events lost, as last read out (_read_out)
+        self._graph_drops_seen = 0  # ... as the last graph record read said (or more)
         # Exited processes not folded yet: (polls begun when first held, when first held).
         self._held: dict[int, tuple[int, float]] = {}
         self._polls_begun = 0
@@ -367,6 +368,7 @@ class Engine:
             if tgid not in self._sighted:
                 self._sight(tgid)
             if etype in abi.GRAPH_EVENTS:
+                self._graph_events_lost_before(abi.GRAPH_EVENT.unpack_from(raw)[4])
                 node = self.graphs.on_event(raw)
                 if node is not None:  # named after the names read before it
                     self.resolver.want_name(*node)
@@ -386,21 +388,37 @@ class Engine:
         for pid, maps in self.scanner.scan_pid(tgid).cuda_maps.items():
             self.resolver.remember(pid, maps)
 
+    def _graph_events_lost_before(self, lost: int) -> None:
+        """A graph record saying how many graph records were lost before it (low 32
+        bits): if more than known, what was being built is not known whole, from this
+        record on (see Graphs.building_lost). Which executable graphs' records were lost
+        is known only once every record written before the loss was counted has been
+        read (_read_out)."""
+        more = (lost - self._graph_drops_seen) & 0xFFFFFFFF
+        if 0 < more < 1 << 31:  # (above: a record written before one already read)
+            self._graph_drops_seen += more
+            self.graphs.building_lost()
+
     def _read_out(self) -> None:
         """After a poll: the graph events lost so far and the last serial given, then
         every record written before them read; only then, if graph events were lost,
-        what was being built is not known whole (see Graphs.events_lost). A poll may
-        return before reading a record written before it (a signal interrupts its wait:
-        a stopped and continued exporter): judged by a loss counted before it was read,
-        every graph read after would be unknown."""
+        executable graphs given a serial up to it whose record was not read are unknown
+        (Graphs.serials_lost), and what was being built too unless a record read since
+        said so (none came after the loss). A poll may return before reading a record
+        written before it (a signal interrupts its wait: a stopped and continued
+        exporter): judged by a loss counted before it was read, every graph read after
+        would be unknown."""
         drops = self._bpf["drops"]
         lost = _int(drops[drops.Key(abi.DROP_GRAPH_EVENTS_FULL)])
         state = self._bpf["graph_state"]
         serial = _int(state[state.Key(2)])
         self._bpf.ring_buffer_consume()
-        if lost != self._graph_drops:
+        if lost > self._graph_drops:
             self._graph_drops = lost
-            self.graphs.events_lost(serial)
+            if lost > self._graph_drops_seen:
+                self._graph_drops_seen = lost
+                self.graphs.building_lost()
+            self.graphs.serials_lost(serial)
 
     def _on_proc_event(self, _ctx: Any, data: Any, size: int) -> int:
         _, tgid = abi.PROC_EVENT.unpack(ctypes.string_at(data, abi.PROC_EVENT.size))
