@@ -191,10 +191,10 @@ static __always_inline void graph_event(u32 tgid, u32 type, u16 api, u64 id, u64
     events.ringbuf_submit(e, 0);
 }
 
-// A struct event: the process's command and, at `name_ptr` (0: none), a name or (for
-// EV_DEVICE_UUID) the 16 bytes of a UUID.
-// Without one the record ends after the command: 56 bytes in the buffer instead of 312
-// (a flood of new keys, one per executable graph launched, fills it 5 times slower).
+// A struct event: the process's command and, at `name_ptr`, a name or (for
+// EV_DEVICE_UUID) the 16 bytes of a UUID. Without one (0) the record ends after the
+// command: 56 bytes in the buffer instead of 312 (new keys, one per executable graph
+// launched, fill it 5 times slower).
 static __always_inline void send_event(u32 tgid, u32 type, u16 fam, u16 sub, u64 id,
                                        u64 target, u64 name_ptr) {
     if (!name_ptr) {
