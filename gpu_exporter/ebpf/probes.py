@@ -12,7 +12,6 @@ import ctypes
 import logging
 import os
 import re
-import struct
 import threading
 import time
 from collections import Counter, defaultdict
@@ -47,7 +46,6 @@ from gpu_exporter.ebpf.resolve import Resolver
 log = logging.getLogger("gpu_exporter.ebpf")
 
 _POLL_MS = 100
-_EVENT_START = struct.Struct("<II")  # every event of `events` starts: type, tgid
 # A process that exited with a graph launch whose executable graph's event has not been
 # read is held back (not folded) until the event loop has read every event written
 # before: then the event was read, or lost and counted. This bounds the wait should the
@@ -364,11 +362,13 @@ class Engine:
     def _on_event(self, _ctx: Any, data: Any, size: int) -> int:
         try:
             raw = ctypes.string_at(data, size)
-            etype, tgid = _EVENT_START.unpack_from(raw)
+            # Every record starts as a graph record's does (struct ehead).
+            etype, tgid, _, _, lost, _, _ = abi.GRAPH_EVENT.unpack_from(raw)
             if tgid not in self._sighted:
                 self._sight(tgid)
             if etype in abi.GRAPH_EVENTS:
-                self._graph_events_lost_before(abi.GRAPH_EVENT.unpack_from(raw)[4])
+                if lost != self._graph_drops_seen & 0xFFFFFFFF:
+                    self._graph_events_lost_before(lost)
                 node = self.graphs.on_event(raw)
                 if node is not None:  # named after the names read before it
                     self.resolver.want_name(*node)
