@@ -20,7 +20,10 @@ FAST_THREADS_BITS: Final = 13  # 2**13 threads' state found by index (the others
 FAST_THREADS: Final = 1 << FAST_THREADS_BITS
 PROCS_MAX: Final = 8192  # processes that launched (shapes) / await a synchronise (pending)
 LAUNCH_SLOTS: Final = 16  # launch counters kept in a process's shape value
-RINGBUF_PAGES: Final = 128  # 512 KiB of rare events (names, graph nodes: 48 bytes each)
+# 4 MiB of rare events: names (56 bytes a record, 312 with a kernel's name), graph events
+# (40 bytes). Sized to hold a burst of graph building whole while the event loop is busy
+# or starved of CPU (docs/performance.md: the rates it holds).
+RINGBUF_PAGES: Final = 1024
 PROC_RINGBUF_PAGES: Final = 16  # 64 KiB of 8-byte "look at this process" events
 NAME_LEN: Final = 256  # kernel names read from cuModuleGetFunction & co.
 # CUDA graphs: streams under capture (and streams joined to a capture), capture events,

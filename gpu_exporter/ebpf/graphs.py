@@ -79,6 +79,8 @@ class Graphs:
                 p.retired.add(ident)
             elif etype == abi.EV_GRAPH_EXEC:
                 nodes = p.graphs.get(target)
+                # Already judged lost (read late: its record was reserved before the
+                # loss was applied and written after): it stays unknown.
                 lost = ident <= self._lost_upto
                 if len(p.execs) >= abi.GRAPHS_MAX:
                     self.dropped += 1
@@ -145,9 +147,20 @@ class Graphs:
         """Graph events were lost (a full ring buffer): every graph and capture being
         built may miss a node, and executable graphs given a serial up to `last_serial`
         whose event was not read are unknown."""
+        self.building_lost()
+        self.serials_lost(last_serial)
+
+    def building_lost(self) -> None:
+        """Graph events were lost before the next one read: every graph and capture
+        being built may miss a node."""
         with self._lock:
             for p in self._procs.values():
                 self._taint(p)
+
+    def serials_lost(self, last_serial: int) -> None:
+        """Every event written before `last_serial` was given has been read (or lost):
+        executable graphs given a serial up to it whose event was not read are unknown."""
+        with self._lock:
             self._lost_upto = max(self._lost_upto, last_serial)
 
     def give_up(self, tgid: int) -> None:

@@ -18,6 +18,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from importlib import resources
 from typing import Any
 
@@ -38,6 +39,7 @@ from gpu_exporter.ebpf.reading import (
     Launches,
     NvmlView,
     cumulative,
+    order,
 )
 from gpu_exporter.ebpf.resolve import Resolver
 
@@ -184,6 +186,13 @@ def check(bcc: Any) -> str:
         bpf.cleanup()
 
 
+Row = tuple[tuple[int, CallKey, int], int]  # ((family, key, slot), count)
+# A counter of the BPF maps: (where: _STATS or _SHAPES, process, family, sub, id, device,
+# slot); a launch counter of a shape value is the same as its `stats` key would be.
+_Counter = tuple[int, int, int, int, int, int, int]
+_STATS, _SHAPES = 0, 1
+
+
 @dataclass
 class _Totals:
     """Counts folded in from processes that have exited (their map entries are freed)."""
@@ -214,6 +223,10 @@ def _serial(fam: int, sub: int, ident: int) -> int | None:
     return None
 
 
+def _one_row(key: tuple[int, CallKey, int], n: int) -> list[Row]:
+    return [(key, n)]
+
+
 class _Pending(Exception):
     """A graph launch's executable graph: its event has not been read yet."""
 
@@ -238,11 +251,16 @@ class Engine:
         self._detaching: dict[FileId, Future[None]] = {}
         self._detacher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ebpf-detach")
         self._to_scan: set[int] = set()
+        self._sighted: set[int] = set()  # processes whose maps were read at their first event
         self._retired = _Totals()
         self._nvml: NvmlView | None = None  # for the read under way
         self._devices: dict[tuple[int, int, int, bool], str] = {}
+        # What each counter had counted when last read with no device known: it stays in
+        # the device-less series once the device is known (see _split).
+        self._undeviced: dict[_Counter, int] = {}
         self.graphs = Graphs()
-        self._graph_drops = 0  # graph events lost, as last seen
+        self._graph_drops = 0  # graph events lost, as last read out (_read_out)
+        self._graph_drops_seen = 0  # ... as the last graph record read said (or more)
         # Exited processes not folded yet: (polls begun when first held, when first held).
         self._held: dict[int, tuple[int, float]] = {}
         self._polls_begun = 0
@@ -337,14 +355,20 @@ class Engine:
         self._polls_begun += 1
         begun = self._polls_begun
         self._bpf.ring_buffer_poll(wait_ms)
-        self._graph_events_lost()
+        self._read_out()
         self._polled = begun
         self._scan_asked()
 
     def _on_event(self, _ctx: Any, data: Any, size: int) -> int:
         try:
             raw = ctypes.string_at(data, size)
-            if abi.GRAPH_EVENT.unpack_from(raw)[0] in abi.GRAPH_EVENTS:
+            # Every record starts as a graph record's does (struct ehead).
+            etype, tgid, _, _, lost, _, _ = abi.GRAPH_EVENT.unpack_from(raw)
+            if tgid not in self._sighted:
+                self._sight(tgid)
+            if etype in abi.GRAPH_EVENTS:
+                if lost != self._graph_drops_seen & 0xFFFFFFFF:
+                    self._graph_events_lost_before(lost)
                 node = self.graphs.on_event(raw)
                 if node is not None:  # named after the names read before it
                     self.resolver.want_name(*node)
@@ -354,15 +378,47 @@ class Engine:
             log.exception("eBPF event")
         return 0
 
-    def _graph_events_lost(self) -> None:
-        """After the events read: if graph events were lost meanwhile, what was being
-        built is not known whole (see Graphs.events_lost)."""
+    def _sight(self, tgid: int) -> None:
+        """A process's first event: its maps are read now, in the order of its events,
+        while it most likely still runs, so that its kernels can be named after it exits.
+        The scans the loop does between reads come too late for a short-lived process
+        whose events keep coming: libbpf reads a ring buffer until no new record arrives,
+        so a burst is read out (and named) only after it ends."""
+        self._sighted.add(tgid)
+        for pid, maps in self.scanner.scan_pid(tgid).cuda_maps.items():
+            self.resolver.remember(pid, maps)
+
+    def _graph_events_lost_before(self, lost: int) -> None:
+        """A graph record saying how many graph records were lost before it (low 32
+        bits): if more than known, what was being built is not known whole, from this
+        record on (see Graphs.building_lost). Which executable graphs' records were lost
+        is known only once every record written before the loss was counted has been
+        read (_read_out)."""
+        more = (lost - self._graph_drops_seen) & 0xFFFFFFFF
+        if 0 < more < 1 << 31:  # (above: a record written before one already read)
+            self._graph_drops_seen += more
+            self.graphs.building_lost()
+
+    def _read_out(self) -> None:
+        """After a poll: the graph events lost so far and the last serial given, then
+        every record written before them read; only then, if graph events were lost,
+        executable graphs given a serial up to it whose record was not read are unknown
+        (Graphs.serials_lost), and what was being built too unless a record read since
+        said so (none came after the loss). A poll may return before reading a record
+        written before it (a signal interrupts its wait: a stopped and continued
+        exporter): judged by a loss counted before it was read, every graph read after
+        would be unknown."""
         drops = self._bpf["drops"]
         lost = _int(drops[drops.Key(abi.DROP_GRAPH_EVENTS_FULL)])
-        if lost != self._graph_drops:
+        state = self._bpf["graph_state"]
+        serial = _int(state[state.Key(2)])
+        self._bpf.ring_buffer_consume()
+        if lost > self._graph_drops:
             self._graph_drops = lost
-            state = self._bpf["graph_state"]
-            self.graphs.events_lost(_int(state[state.Key(2)]))
+            if lost > self._graph_drops_seen:
+                self._graph_drops_seen = lost
+                self.graphs.building_lost()
+            self.graphs.serials_lost(serial)
 
     def _on_proc_event(self, _ctx: Any, data: Any, size: int) -> int:
         _, tgid = abi.PROC_EVENT.unpack(ctypes.string_at(data, abi.PROC_EVENT.size))
@@ -395,6 +451,7 @@ class Engine:
         self._attach_new(found.cuda_files.values())
         self._detach_unmapped(set(found.cuda_files))
         self.resolver.prune(lambda pid: os.path.exists(f"{self.procfs}/{pid}"))
+        self._sighted = {t for t in self._sighted if os.path.exists(f"{self.procfs}/{t}")}
         self.resolver.name_new_keys()
 
     def _attach_new(self, cands: Iterable[Candidate]) -> None:
@@ -509,28 +566,52 @@ class Engine:
                     out.append((tgid, v))
         return out
 
-    def _shape_rows(self, tgid: int, v: Any, strict: bool = False,
-                    ) -> Iterator[tuple[tuple[int, CallKey, int], int]]:
+    def _shape_rows(self, tgid: int, v: Any, strict: bool = False) -> Iterator[Row]:
         """A process's shape value: its grid and block histograms, and the launch counters
         kept there (see struct lslot); a counter of a graph whose event has not been read
-        is left out (`strict`: raises _Pending)."""
+        is left out (`strict`: raises _Pending, and only that is of use)."""
         key = self._key(tgid, abi.FAM_GRID, 0, 0)
         for fam, slots, total in ((abi.FAM_GRID, v.grid, v.grid_sum),
                                   (abi.FAM_BLOCK, v.block, v.block_sum)):
-            for slot, n in enumerate(slots):
-                if n:
-                    yield (fam, key, slot), int(n)
-            yield (fam, key, abi.SLOT_SUM), int(total)
+            for slot, n in [*enumerate(slots), (abi.SLOT_SUM, total)]:
+                if n or slot == abi.SLOT_SUM:
+                    yield from self._split((_SHAPES, tgid, fam, 0, 0, 0, slot),
+                                           partial(_one_row, (fam, key, slot)), int(n))
         for launch in v.launches:
             tag, n = int(launch.tag), int(launch.n)
             if not tag:
                 continue
             api, ident, dev = _launch_tag(tag)
             try:
-                yield from list(self._rows(tgid, abi.FAM_LAUNCH, api, ident, dev, 0, n))
+                yield from self._counter_rows(_SHAPES, tgid, abi.FAM_LAUNCH, api, ident, dev,
+                                              0, n)
             except _Pending:
                 if strict:
                     raise
+
+    def _counter_rows(self, where: int, tgid: int, fam: int, sub: int, ident: int, dev: int,
+                      slot: int, n: int) -> list[Row]:
+        """The rows of one BPF counter that has counted `n` (see _rows and _split)."""
+        return self._split((where, tgid, fam, sub, ident, dev, slot),
+                           lambda m: list(self._rows(tgid, fam, sub, ident, dev, slot, m)), n)
+
+    def _split(self, counter: _Counter, rows: Callable[[int], list[Row]], n: int) -> list[Row]:
+        """The rows of `counter` at `n`, split where its device became known: what it had
+        counted when last read without a device stays in the device-less series it was
+        reported in, and only what it counted since goes to its device's series. Without
+        --ebpf.pid-label the device-less series is shared by every process of the name:
+        moving a process's whole count out of it would make it go down (a counter reset
+        to Prometheus, and increase() counting those launches twice)."""
+        now = rows(n)
+        if not now or now[0][0][1].device is None:
+            if n:
+                self._undeviced[counter] = n
+            return now
+        before = self._undeviced.get(counter, 0)
+        if not before or n < before:  # (less: not the counter it was, a reused pid)
+            return now
+        return [*(((fam, key._replace(device=None), slot), m)
+                  for (fam, key, slot), m in rows(before)), *rows(n - before)]
 
     def _rows(self, tgid: int, fam: int, sub: int, ident: int, dev: int, slot: int, n: int,
               ) -> Iterator[tuple[tuple[int, CallKey, int], int]]:
@@ -657,8 +738,8 @@ class Engine:
                 final_stats.append(k)
                 continue
             with contextlib.suppress(_Pending):  # counted at a later read
-                for key, n in self._rows(int(k.tgid), k.fam, k.sub, k.id, int(k.dev),
-                                         k.slot, _int(v)):
+                for key, n in self._counter_rows(_STATS, int(k.tgid), k.fam, k.sub, k.id,
+                                                 int(k.dev), k.slot, _int(v)):
                     totals[key] += n
         in_slots: dict[int, set[int]] = defaultdict(set)
         for tgid, v in shapes:
@@ -761,6 +842,8 @@ class Engine:
                     del execs[k]
         for cached in [k for k in self._devices if k[0] in tgids]:
             del self._devices[cached]
+        for counter in [c for c in self._undeviced if c[1] in tgids]:
+            del self._undeviced[counter]
 
     def _fold_stats(self, keys: list[Any], totals: dict[tuple[int, CallKey, int], int]
                     ) -> list[Any]:
@@ -772,9 +855,11 @@ class Engine:
         for k in keys:
             try:
                 n = _int(stats[k])  # final: nothing adds to it any more
-                rows = list(self._rows(int(k.tgid), int(k.fam), int(k.sub), int(k.id),
-                                       int(k.dev), int(k.slot), n))
+                counter = (_STATS, int(k.tgid), int(k.fam), int(k.sub), int(k.id),
+                           int(k.dev), int(k.slot))
+                rows = self._counter_rows(*counter, n)
                 del stats[k]
+                self._undeviced.pop(counter, None)
             except (KeyError, _Pending):
                 continue
             moved.append(k)
@@ -834,7 +919,7 @@ class Engine:
                 h[slot] = h.get(slot, 0) + n
         out_launches = []
         overflow = 0
-        for key, n in sorted(launches.items()):
+        for key, n in sorted(launches.items(), key=lambda kv: order(kv[0])):
             if key.kernel_name == OTHER:
                 overflow += n
             out_launches.append(Launches(key.kernel_name, key.executable, key.api, key.pid, n,
@@ -844,7 +929,7 @@ class Engine:
                    ) -> list[CallHistogram]:
             return [
                 CallHistogram(key, cumulative(slots, sums.get((f, key), 0), bounds, scale))
-                for (f, key), slots in sorted(hists.items())
+                for (f, key), slots in sorted(hists.items(), key=lambda h: order(h[0][1]))
                 if f == fam
             ]
 
@@ -861,7 +946,7 @@ class Engine:
             copies_bytes=family(abi.FAM_COPY, BYTES_BOUNDS_LOG2),
             allocations_bytes=family(abi.FAM_ALLOC, BYTES_BOUNDS_LOG2),
             sync_duration_seconds=family(abi.FAM_SYNC, SECONDS_BOUNDS_LOG2_NS, 1e-9),
-            errors=[CallCount(k, n) for k, n in sorted(errors.items())],
+            errors=[CallCount(k, n) for k, n in sorted(errors.items(), key=lambda e: order(e[0]))],
             dropped=dropped,
             attached_libraries=self.attached_libraries,
             kernel_names_overflow=overflow,

@@ -74,6 +74,13 @@ class CallKey(NamedTuple):
     device: str | None = None  # the device's key (GPU or MIG UUID), when certain
 
 
+def order(key: CallKey) -> tuple[tuple[int, str | int], ...]:
+    """A total order on CallKeys, for reporting them in a stable order: a field that may
+    be None (`pid` without --ebpf.pid-label, `device` before NVML lists the process)
+    sorts before every value, so keys that differ only in what is known still compare."""
+    return tuple((0, "") if v is None else (1, v) for v in key)
+
+
 @dataclass(frozen=True)
 class CallHistogram:
     key: CallKey

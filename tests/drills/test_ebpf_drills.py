@@ -1,7 +1,8 @@
 """eBPF drills with real uprobes on the fake CUDA libraries (tests/ebpf builds them):
 a traced process killed in the middle of its calls, 1,000 short-lived processes, and a
 process that launches more distinct kernels than the counter map holds, one that
-builds more CUDA graphs than are kept, and one that updates an executable graph more
+builds more CUDA graphs than are kept, one that builds more graphs than the event buffer
+holds while the exporter is stopped, and one that updates an executable graph more
 times than executable graphs are kept. tests/ebpf
 covers SIGTERM detaching every probe and the drop counters being exported; these are
 the rest of the issue's eBPF drills. Needs root, bcc and kernel headers, as CI has.
@@ -30,6 +31,9 @@ from tests.helpers import Exporter, Series, exporter, find, parse
 SHORT_LIVED, LAUNCHES_EACH = 1000, 3
 FLOOD_KERNELS = 70_000  # distinct kernels in one process, past the 65,536-entry map
 GRAPH_FLOOD = abi.GRAPHS_MAX + 1000  # one-kernel graphs in one process, past the cap
+# More one-kernel graphs than the event buffer holds: 176 bytes of events each (create,
+# node, instantiate, the launch's new key), 4 MiB hold about 23,800.
+LOSSY_FLOOD = 30_000
 # Steps of the update loop (graphs --updates): updates and re-instantiations each past
 # the cap of executable graphs kept per process, in chunks small enough for the event
 # buffer.
@@ -139,33 +143,69 @@ def test_counter_map_filled_past_capacity(cuda_build: Build) -> None:
         assert dropped(series, "stats_map_full") == lost
 
 
+def graph_launches(exp: Exporter, exe: str) -> dict[str, float]:
+    return {s.labels["cuda_kernel_name"]: s.value for s in find(
+        _healthy(exp), "gpu_kernel_launch_calls_total", cuda_api="graph",
+        process_executable_name=exe)}
+
+
+def wait_first_launch(exp: Exporter, exe: str) -> None:
+    """Until the launch a `graphs --flood N --wait` process makes before waiting is
+    counted, named: the exporter has seen the process (and read its maps)."""
+    wait_until(lambda: [s.value for s in find(
+        _healthy(exp), "gpu_kernel_launch_calls_total", cuda_kernel_name="k_d",
+        process_executable_name=exe, cuda_api="runtime")] == [1],
+        f"{exe}'s first launch, named")
+
+
 def test_graphs_past_the_caps_are_counted_unknown_never_lost(cuda_build: Build) -> None:
+    """A process builds and launches more one-kernel graphs than are kept, as fast as the
+    probes let it, and exits. Its events (about 0.9 MB) fit in the event buffer whole
+    however far behind the event loop is (a busy node), and its maps were read at its
+    first event: none is lost, and every graph kept is named, exactly."""
     flood = copy_program(cuda_build, "graphs", "graph_flood")
     with probed(cuda_build) as exp:
         res = subprocess.run([flood, "--flood", str(GRAPH_FLOOD)], capture_output=True,
                              text=True, timeout=120)
         assert res.returncode == 0 and res.stdout == "done\n", res.stderr
-
-        def by_name() -> dict[str, float]:
-            return {s.labels["cuda_kernel_name"]: s.value for s in find(
-                _healthy(exp), "gpu_kernel_launch_calls_total", cuda_api="graph",
-                process_executable_name="graph_flood")}
-
         # Every graph launch is counted, under its kernel's name or as unknown.
-        wait_until(lambda: sum(by_name().values()) == GRAPH_FLOOD, "every graph launch")
-        got = by_name()
+        wait_until(lambda: sum(graph_launches(exp, "graph_flood").values()) == GRAPH_FLOOD,
+                   "every graph launch")
+        got = graph_launches(exp, "graph_flood")
         series = _healthy(exp)
-    assert set(got) == {"k_d", "unknown"}, got
-    kept, lost = dropped(series, "graph_nodes_full"), dropped(series, "graph_event_buffer_full")
+    assert dropped(series, "graph_event_buffer_full") == 0
     assert dropped(series, "graph_map_full") == 0  # the kernel's map holds them all
-    if lost == 0:
-        # The first GRAPHS_MAX graphs and executable graphs are kept; each one past the
-        # cap is dropped twice (its graph, its executable graph) and runs as unknown.
-        assert got["k_d"] == abi.GRAPHS_MAX
-        assert kept == 2 * (GRAPH_FLOOD - abi.GRAPHS_MAX)
-    else:
-        # Events lost to a full ring buffer make what was being built unknown too.
-        assert got["k_d"] < abi.GRAPHS_MAX and kept > 0, (got, kept, lost)
+    # The first GRAPHS_MAX graphs and executable graphs are kept; each one past the cap
+    # is dropped twice (its graph, its executable graph) and runs as unknown.
+    assert got == {"k_d": abi.GRAPHS_MAX, "unknown": GRAPH_FLOOD - abi.GRAPHS_MAX}
+    assert dropped(series, "graph_nodes_full") == 2 * (GRAPH_FLOOD - abi.GRAPHS_MAX)
+
+
+def test_graph_events_lost_are_counted_and_the_rest_named(cuda_build: Build) -> None:
+    """The exporter stopped (SIGSTOP: its event loop starved) while a process builds and
+    launches more graphs than the event buffer holds: the loss is counted
+    (graph_event_buffer_full), every graph launch is counted, and the graphs whose events
+    were read (the buffer's first GRAPHS_MAX) are named; only the rest are unknown."""
+    flood = copy_program(cuda_build, "graphs", "graph_lossy")
+    with probed(cuda_build) as exp:
+        w = Workload([flood, "--flood", str(LOSSY_FLOOD)])
+        try:
+            wait_first_launch(exp, "graph_lossy")
+            exp.proc.send_signal(signal.SIGSTOP)
+            try:
+                w.go(timeout=120)
+            finally:
+                exp.proc.send_signal(signal.SIGCONT)
+        finally:
+            if w.proc.poll() is None:
+                w.proc.kill()
+                w.proc.wait()
+        wait_until(lambda: sum(graph_launches(exp, "graph_lossy").values()) == LOSSY_FLOOD,
+                   "every graph launch", timeout=60)
+        got = graph_launches(exp, "graph_lossy")
+        series = _healthy(exp)
+    assert dropped(series, "graph_event_buffer_full") > 0
+    assert got == {"k_d": abi.GRAPHS_MAX, "unknown": LOSSY_FLOOD - abi.GRAPHS_MAX}
 
 
 def test_an_executable_graph_updated_every_step_stays_named_and_bounded(cuda_build: Build

@@ -66,6 +66,8 @@ def build_into(out: Path) -> Build:
         [gcc, "-O0", "-Wall", "-Werror", "-o", "copies", str(CSRC / "copies.c"), "-L.",
          "-lcudart", "-lcuda", rpath],
         [gcc, "-O0", "-o", "dlopen_driver", str(CSRC / "dlopen_driver.c"), "-ldl"],
+        [gcc, "-O0", "-Wall", "-Werror", "-o", "stepper", str(CSRC / "stepper.c"), "-L.",
+         "-lcudart", "-lcuda", rpath],
     ]
     for cmd in steps:
         res = subprocess.run(cmd, cwd=out, capture_output=True, text=True, timeout=120)

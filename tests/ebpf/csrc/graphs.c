@@ -5,7 +5,8 @@
  *
  * With --wait: prints "ready" and waits for a line before the work.
  * With --flood N: N graphs of one k_d node each, instantiated and launched once (the
- * caps of tests/drills/test_ebpf_drills.py).
+ * caps of tests/drills/test_ebpf_drills.py). --flood N --wait: k_d launched once (not in
+ * a graph), "ready", then the flood after a line on stdin.
  * With --follow (after --wait, if any): graphs cloned, executable graphs updated, child
  * graphs, cudaGraphAddNode_v2 (follow(), with its own kernels). Run with
  * FAKE_CUDA_FAIL=cudaGraphClone=2x1: the first clone fails.
@@ -234,7 +235,15 @@ static int updates(long chunks, long steps) {
 
 int main(int argc, char **argv) {
   char line[16];
-  if (argc > 2 && strcmp(argv[1], "--flood") == 0) return flood(atol(argv[2]));
+  if (argc > 2 && strcmp(argv[1], "--flood") == 0) {
+    if (argc > 3 && strcmp(argv[3], "--wait") == 0) {
+      launch(k_d, S1, 1); /* named while the process runs: its kernel is k_d's */
+      printf("ready\n");
+      fflush(stdout);
+      if (!fgets(line, sizeof line, stdin)) return 3;
+    }
+    return flood(atol(argv[2]));
+  }
   if (argc > 3 && strcmp(argv[1], "--updates") == 0)
     return updates(atol(argv[2]), atol(argv[3]));
   if (strcmp(argv[argc - 1], "--wait") == 0) {
