@@ -315,6 +315,7 @@ class HttpServer:
             except h11.RemoteProtocolError as exc:
                 # A partial head and then end of file is one too: answered, in case the
                 # client only shut down its sending side.
+                log.debug("bad request from %s: %s", conn.peer, exc)
                 await self._send(writer, h, None, error_response(
                     exc.error_status_hint, _protocol_message(exc)), conn)
                 await _linger(writer, reader)
