@@ -229,7 +229,6 @@ class HttpServer:
         if not waiting:
             return False
         oldest = min(waiting, key=lambda c: c.since)
-        log.debug("closing the idle connection of %s to make room", oldest.peer)
         self.evicted += 1
         self._conns.pop(oldest.ident, None)
         oldest.abort()
@@ -237,7 +236,14 @@ class HttpServer:
 
     async def _connection(self, sock: socket.socket, conn: _Conn) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        conn.abort = lambda: _reset(sock)
+        # Evicting a connection cancels its task, whose clean-up closes it (before there
+        # is a transport, the socket itself may be registered with the event loop).
+        task = asyncio.current_task()
+        if task is not None:
+            def abort() -> None:
+                task.cancel()
+
+            conn.abort = abort
         writer: asyncio.StreamWriter | None = None
         try:
             deadline = time.monotonic() + self._limits.read_header_timeout
@@ -245,8 +251,6 @@ class HttpServer:
             if streams is None:
                 return
             reader, writer = streams
-            transport = writer.transport
-            conn.abort = transport.abort
             await self._requests(reader, writer, conn, deadline)
         except _Closed:
             pass
@@ -255,7 +259,9 @@ class HttpServer:
             log.debug("connection from %s ended: %s", conn.peer,
                       exc.__class__.__name__ + (f": {exc}" if str(exc) else ""))
         except asyncio.CancelledError:
-            raise
+            if self._stop is not None and self._stop.is_set():
+                raise
+            log.debug("closed the idle connection of %s to make room", conn.peer)
         except Exception:  # a bug of ours: logged through logging, never a bare traceback
             log.exception("connection from %s failed", conn.peer)
         finally:
@@ -326,7 +332,11 @@ class HttpServer:
             request = _request(event, conn.peer)
             response = await self._prepare(h, reader, writer, event, request)
             if response is None:
-                response = await self._handler(request)
+                try:
+                    response = await self._handler(request)
+                except Exception:
+                    log.exception("answering %s %s failed", request.method, request.target)
+                    response = error_response(500)
             await self._send(writer, h, request, response, conn)
             if h.their_state is not h11.DONE:
                 # Unread request bytes: a plain close would reset the connection and the
