@@ -397,10 +397,11 @@ class AuthBusy(Exception):
     """Too many password checks are waiting: answered 503, not checked."""
 
 
-# Password checks run on at most this many threads (bcrypt releases the GIL: each takes a
-# core), and at most MAX_WAITING_CHECKS more wait; a check of credentials that passed
-# before goes ahead of every other waiting one and is never refused.
-BCRYPT_THREADS = 2
+# Password checks run on one thread (bcrypt releases the GIL: a flood of wrong passwords
+# takes one core, and scrapes keep the others), and at most MAX_WAITING_CHECKS more wait;
+# a check of credentials that passed before goes ahead of every other waiting one and is
+# never refused, so it waits for one check at most.
+BCRYPT_THREADS = 1
 MAX_WAITING_CHECKS = 64
 
 

@@ -223,6 +223,10 @@ class HttpServer:
             task = asyncio.create_task(self._connection(sock, conn))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+            # sock_accept returns without yielding while connections wait in the backlog:
+            # a turn for the others (requests in progress, an evicted connection closing)
+            # before the next one.
+            await asyncio.sleep(0)
 
     def _evict_one(self) -> bool:
         waiting = [c for c in self._conns.values() if c.waiting]
@@ -381,7 +385,7 @@ class HttpServer:
 
     async def _send(self, writer: asyncio.StreamWriter, h: h11.Connection,
                     request: Request | None, response: Response, conn: _Conn) -> None:
-        headers = [("Date", formatdate(usegmt=True)),
+        headers = [("Date", _http_date()),
                    *((k, v) for k, v in response.headers if k.lower() != "content-length"),
                    ("Content-Length", str(len(response.body)))]
         headers += [(k, v) for k, v in self._config_headers.items()]
@@ -397,8 +401,9 @@ class HttpServer:
             response.close = True
         try:
             writer.write(data)
-            async with asyncio.timeout(IO_TIMEOUT_SECONDS):
-                await writer.drain()
+            if writer.transport.get_write_buffer_size():  # else drain has nothing to wait for
+                async with asyncio.timeout(IO_TIMEOUT_SECONDS):
+                    await writer.drain()
         except TimeoutError:
             log.debug("client %s did not read its response within %gs", conn.peer,
                       IO_TIMEOUT_SECONDS)
@@ -464,11 +469,21 @@ def _request(event: h11.Request, peer: str) -> Request:
                    event.http_version.decode("latin-1"), headers, peer)
 
 
-@contextlib.asynccontextmanager
-async def _deadline(when: float) -> Any:
-    loop = asyncio.get_running_loop()
-    async with asyncio.timeout_at(loop.time() + (when - time.monotonic())):
-        yield
+def _deadline(when: float) -> asyncio.Timeout:
+    """A timeout at `when` on time.monotonic()'s clock."""
+    return asyncio.timeout_at(asyncio.get_running_loop().time() + (when - time.monotonic()))
+
+
+_date_cache: tuple[int, str] = (0, "")
+
+
+def _http_date() -> str:
+    # One formatting a second: the Date header has a resolution of a second.
+    global _date_cache
+    now = int(time.time())
+    if _date_cache[0] != now:
+        _date_cache = (now, formatdate(now, usegmt=True))
+    return _date_cache[1]
 
 
 async def _peek(sock: socket.socket) -> bytes:
