@@ -145,9 +145,12 @@ class HttpServer:
         self._ids = itertools.count()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopped = threading.Event()
-        self._stop: asyncio.Event | None = None
+        # Bound to the loop on its first use (asyncio.Event since 3.10): shutdown() may
+        # come before serve_forever() has started it.
+        self._stop = asyncio.Event()
         self.socket = _listen(address)
         self.server_address = self.socket.getsockname()
+        self._stop_requested = False
         self.refused = 0  # connections refused for want of room (logged at debug)
         self.evicted = 0
 
@@ -166,11 +169,12 @@ class HttpServer:
             self._stopped.set()
 
     def shutdown(self) -> None:
-        loop, stop = self._loop, self._stop
-        if loop is None or stop is None:
-            return
+        self._stop_requested = True
+        loop = self._loop
+        if loop is None:
+            return  # serve_forever has not started: it returns at once when it does
         with contextlib.suppress(RuntimeError):  # the loop is already closed
-            loop.call_soon_threadsafe(stop.set)
+            loop.call_soon_threadsafe(self._stop.set)
         self._stopped.wait(10)
 
     def server_close(self) -> None:
@@ -179,7 +183,8 @@ class HttpServer:
     # --- the event loop
 
     async def _serve(self) -> None:
-        self._stop = asyncio.Event()
+        if self._stop_requested:
+            return
         accepting = asyncio.create_task(self._accept_loop())
         await self._stop.wait()
         accepting.cancel()
@@ -198,8 +203,11 @@ class HttpServer:
             try:
                 sock, addr = await loop.sock_accept(self.socket)
             except OSError as exc:
+                if exc.errno == errno.ECONNABORTED:  # that client left before its turn
+                    continue
                 if exc.errno not in _ACCEPT_EXHAUSTED:
                     log.debug("accept failed: %s", exc)
+                    await asyncio.sleep(ACCEPT_BACKOFF_SECONDS)
                     continue
                 if not exhausted:
                     log.warning("cannot accept connections: %s (the file descriptor limit, "
