@@ -37,6 +37,7 @@ from typing import Any
 
 import h11
 
+from gpu_exporter.logs import forget, log_once
 from gpu_exporter.webconfig import CertificateReloader
 
 log = logging.getLogger("gpu_exporter.web")
@@ -219,7 +220,16 @@ class HttpServer:
                 continue
             exhausted = False
             peer = str(addr[0]) if isinstance(addr, tuple) else str(addr)
-            if len(self._conns) >= self._limits.max_connections and not self._evict_one():
+            full = len(self._conns) >= self._limits.max_connections
+            if full:
+                # Once per episode: a flood of connections is worth a line, not a line each.
+                log_once(log, "connections-full", logging.WARNING,
+                         "%d connections open, the most the server keeps: the oldest idle "
+                         "one is closed for each new one, and new ones are refused while "
+                         "all are busy", self._limits.max_connections)
+            elif len(self._conns) < self._limits.max_connections // 2:
+                forget(log, "connections-full")
+            if full and not self._evict_one():
                 self.refused += 1
                 log.debug("refused a connection from %s: %d connections, all busy",
                           peer, len(self._conns))

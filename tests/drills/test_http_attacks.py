@@ -343,6 +343,8 @@ def test_idle_connections_hold_no_threads(eight_gpus: Mapping[str, str]) -> None
                     s.close()
             # A scrape worker or two may start; never a thread per connection.
             assert m.peak_threads <= m.idle_threads + 8, m.row()
+            # Past the cap (512) the oldest idle connections were closed, and said so once.
+            assert exp.logs().count("connections open, the most the server keeps") == 1
             logfmt_only(exp)
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
