@@ -133,9 +133,6 @@ class App:
         body = b"".join(self.metrics_app(environ, start_response))
         return Response(answer["status"], body, list(answer["headers"]), head_only=head)
 
-    def close(self) -> None:
-        self._workers.shutdown(wait=False, cancel_futures=True)
-
 
 def gzip_wanted(accept_encoding: str) -> bool:
     """gzip is listed as a coding with a quality above 0 (`gzip;q=0` means "not gzip",
