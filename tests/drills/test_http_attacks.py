@@ -237,6 +237,48 @@ def test_head_bomb_is_cut_off_while_reading(eight_gpus: Mapping[str, str]) -> No
         logfmt_only(exp)
 
 
+def test_head_bomb_over_tls_with_basic_auth(tmp_path: Path) -> None:
+    """The same bomb through TLS to a password-protected exporter: the head limit holds
+    before authentication (only client certificates stopped it before)."""
+    import ssl
+
+    from tests.web.certs import make_certs
+    from tests.web.serve import tls_exporter, write_config
+
+    certs = make_certs(tmp_path)
+    hashed = bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=4)).decode()
+    cfg = write_config(tmp_path, {
+        "tls_server_config": {"cert_file": str(certs.server.cert),
+                              "key_file": str(certs.server.key)},
+        "basic_auth_users": {"prometheus": hashed}})
+    ctx = ssl.create_default_context(cafile=str(certs.ca.cert))
+    head = (b"GET /metrics HTTP/1.1\r\nHost: x\r\n"
+            + (b"X-Pad: " + b"a" * 60_000 + b"\r\n") * 99)
+    answers: list[bytes] = []
+
+    def bomb(port: int) -> None:
+        with contextlib.suppress(OSError), \
+                socket.create_connection(("127.0.0.1", port), timeout=SCRAPE_TIMEOUT) as raw, \
+                ctx.wrap_socket(raw, server_hostname="localhost") as s:
+            with contextlib.suppress(OSError):
+                s.sendall(head)
+            answers.append(s.recv(4096))
+
+    pid: list[int] = []
+    with tls_exporter(cfg, ctx, pid=pid) as port:
+        idle = status_kib(pid[0], "VmRSS")
+        Path(f"/proc/{pid[0]}/clear_refs").write_text("5")
+        bombers = [threading.Thread(target=bomb, args=(port,)) for _ in range(10)]
+        for b in bombers:
+            b.start()
+        for b in bombers:
+            b.join(SCRAPE_TIMEOUT * 2)
+        peak = status_kib(pid[0], "VmHWM")
+        assert peak <= 2 * idle, (idle, peak)
+        assert answers and all(a == b"" or a.startswith(b"HTTP/1.1 431 ")
+                               for a in answers), answers[:3]
+
+
 @pytest.mark.parametrize("framing", ["content-length", "chunked"])
 def test_a_body_is_never_read_as_a_request(framing: str) -> None:
     inner = b"GET /nope HTTP/1.1\r\nHost: x\r\n\r\n"
@@ -255,6 +297,22 @@ def test_a_body_is_never_read_as_a_request(framing: str) -> None:
         both = (b"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n"
                 b"Transfer-Encoding: chunked\r\n\r\n" % len(inner) + inner)
         assert statuses(raw_exchange(exp.port, both)) == [b"400"]
+
+
+def test_a_large_body_is_refused_and_the_answer_still_arrives() -> None:
+    with exporter_with([], NO_DEVICES) as exp:
+        body = b"x" * (1 << 20)  # past the 64 KiB drained: refused, not read to the end
+        got = raw_exchange(exp.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n"
+                                     b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        # The client reads the 413 (a lingering close), not a reset.
+        assert statuses(got) == [b"413"], got[:200]
+        small = b"y" * 1000
+        got = raw_exchange(exp.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n"
+                                     b"Content-Length: %d\r\n\r\n" % len(small) + small
+                           + b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        assert statuses(got) == [b"200", b"200"], got
+        assert statuses(raw_exchange(exp.port, b"GET /healthz HTTP/2.0\r\nHost: x\r\n\r\n")
+                        ) == [b"505"]
 
 
 def test_http11_needs_a_host() -> None:
