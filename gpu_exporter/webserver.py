@@ -48,7 +48,8 @@ MAX_HEAD_BYTES = 16 * 1024
 # A GET or HEAD body is read and thrown away up to this size, so the connection can be
 # kept; a larger one is refused with 413 and the connection closed.
 MAX_BODY_BYTES = 64 * 1024
-# Sending a response, or reading a body, must progress within this.
+# Sending a response (past what the socket buffers take), or reading a body, must be
+# done within this.
 IO_TIMEOUT_SECONDS = 10.0
 # After an error answer the server reads (and drops) what the client still sends for at
 # most this long and this much before it closes, so the client reads the answer instead
