@@ -195,13 +195,12 @@ def _web_config(params: dict[str, Any]) -> WebConfig:
 
 
 def serve(params: dict[str, Any]) -> None:
-    from http.server import ThreadingHTTPServer
-
     from gpu_exporter.web import ListenError, make_server
+    from gpu_exporter.webserver import HttpServer
 
     # Checked before any collector starts: a bad file is a fault, not a half-start.
     web_config = _web_config(params)
-    bound: list[ThreadingHTTPServer] = []
+    bound: list[HttpServer] = []
 
     def bind(exporter: GpuExporterCollector) -> None:
         # Bound before the collectors start: a bad address or a port in use is the one

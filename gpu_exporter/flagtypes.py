@@ -126,6 +126,11 @@ def telemetry_path(text: str) -> str:
                          "landing page and the health check (which needs no password)")
     if re.search(r"[\s?#\x00-\x1f\x7f]", text):
         raise ValueError(f"{text!r} is not a path (no spaces, '?' or '#')")
+    if "//" in text or re.search(r"/\.\.?(/|$)", text):
+        # Clients and proxies rewrite such a path (a URL "//metrics" names the host
+        # "metrics"; dot segments are removed) before it reaches the exporter: it would
+        # never match a request.
+        raise ValueError(f"{text!r} is not a normalized path (no '//', '/./' or '/../')")
     return text
 
 

@@ -1,21 +1,15 @@
-"""HTTP server: /metrics (text or OpenMetrics, gzip on request, `name[]` filtering), /,
-/healthz."""
+"""What the exporter answers: /metrics (text or OpenMetrics, gzip on request, `name[]`
+filtering), /, /healthz, behind basic auth when configured. Connections, parsing, limits
+and TLS are the front's (gpu_exporter/webserver.py)."""
 
 from __future__ import annotations
 
-import contextlib
-import heapq
+import asyncio
 import html
-import itertools
 import logging
 import re
-import socket
-import ssl
-import threading
-import time
-from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, ClassVar
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 from urllib.parse import urlsplit
 
 from prometheus_client.exposition import make_wsgi_app
@@ -23,66 +17,16 @@ from prometheus_client.registry import CollectorRegistry
 
 from gpu_exporter import __version__, flagtypes
 from gpu_exporter.settings import ConfigError
-from gpu_exporter.webconfig import BasicAuth, CertificateReloader, WebConfig
+from gpu_exporter.webconfig import AuthBusy, BasicAuth, CertificateReloader, WebConfig
+from gpu_exporter.webserver import HttpServer, Limits, Request, Response, error_response
 
 log = logging.getLogger("gpu_exporter.web")
 
-# A client that sends nothing for this long is dropped, so slow clients hold a thread
-# for a bounded time only.
-REQUEST_TIMEOUT_SECONDS = 10.0
-MAX_HEADER_BYTES = 16 * 1024
-# The socket timeout bounds each read, not the whole request head: a client trickling a
-# byte every few seconds (slowloris) would hold its thread for ever. The head (and the
-# TLS handshake) must be complete within this, like Go's ReadHeaderTimeout.
 READ_HEADER_TIMEOUT_SECONDS = 10.0
-
-
-class _HeadDeadlines:
-    """One thread for the whole server that shuts down connections whose request head has
-    not arrived by its deadline; the blocked read then sees end-of-file."""
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self._lock = threading.Lock()
-        self._wake = threading.Condition(self._lock)
-        self._heap: list[tuple[float, int]] = []
-        self._socks: dict[int, socket.socket] = {}
-        self._ids = itertools.count()
-        self._thread: threading.Thread | None = None
-
-    def watch(self, sock: socket.socket) -> int:
-        with self._lock:
-            token = next(self._ids)
-            self._socks[token] = sock
-            heapq.heappush(self._heap, (time.monotonic() + self.seconds, token))
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="http-deadlines",
-                                                daemon=True)
-                self._thread.start()
-            self._wake.notify()
-            return token
-
-    def done(self, token: int) -> None:
-        with self._lock:
-            self._socks.pop(token, None)
-
-    def _run(self) -> None:
-        with self._lock:
-            while True:
-                while self._heap and self._heap[0][1] not in self._socks:
-                    heapq.heappop(self._heap)
-                if not self._heap:
-                    self._wake.wait()
-                    continue
-                deadline, token = self._heap[0]
-                now = time.monotonic()
-                if deadline > now:
-                    self._wake.wait(deadline - now)
-                    continue
-                heapq.heappop(self._heap)
-                sock = self._socks.pop(token)
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
+# Scrapes (prometheus_client's exposition, which reads the collectors) run in this many
+# threads; a connection has at most one request in progress, so at most max_connections
+# wait for them.
+SCRAPE_WORKERS = 4
 
 
 class ListenError(Exception):
@@ -97,217 +41,132 @@ def parse_listen_address(value: str) -> tuple[str, int]:
         raise ConfigError(f"invalid --web.listen-address {exc}") from None
 
 
-# METHOD SP request-target SP HTTP/x.y CRLF, the method an RFC 9110 token (RFC 9112
-# section 3); the target visible ASCII, a path or an absolute URL for GET and HEAD.
-_REQUEST_LINE = re.compile(
-    rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+ [\x21-\x7e]+ HTTP/[0-9]\.[0-9]\r?\n")
+# The request target of a GET or HEAD: a path, or an absolute URL from a proxy.
 _TARGET = re.compile(r"/|https?://")
-
-_TLS_HANDSHAKE_RECORD = 0x16
-_PLAIN_HTTP_TO_TLS = (
-    b"HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n"
-    b"Connection: close\r\n\r\nClient sent an HTTP request to an HTTPS server.\n"
-)
+_TEXT = "text/plain; charset=utf-8"
+# The OpenMetrics versions prometheus_client writes; an Accept naming another is passed
+# over (as Prometheus' Go client does), not echoed into the Content-Type.
+OPENMETRICS_VERSIONS = frozenset({"1.0.0", "2.0.0"})
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-    request_queue_size = 128
-    tls: CertificateReloader | None = None
-    client_allowed_sans: tuple[str, ...] = ()
-    head_deadlines = _HeadDeadlines(READ_HEADER_TIMEOUT_SECONDS)
-
-    def finish_request(self, request: Any, client_address: Any) -> None:
-        # Runs in the connection's own thread: a slow or stalled TLS handshake holds only
-        # this thread, never the accept loop.
-        if self.tls is None:
-            super().finish_request(request, client_address)
-            return
-        request.settimeout(REQUEST_TIMEOUT_SECONDS)
-        token = self.head_deadlines.watch(request)
-        try:
-            first = request.recv(1, socket.MSG_PEEK)
-            if first and first[0] != _TLS_HANDSHAKE_RECORD:
-                request.sendall(_PLAIN_HTTP_TO_TLS)
-                return
-            conn = self.tls.context().wrap_socket(request, server_side=True)
-        except (OSError, ssl.SSLError) as exc:
-            log.debug("TLS handshake with %s failed: %s", client_address[0], exc)
-            return
-        finally:
-            self.head_deadlines.done(token)
-        try:
-            if self.client_allowed_sans and not _san_allowed(
-                    conn.getpeercert(), self.client_allowed_sans):
-                log.debug("client certificate of %s has none of the allowed SANs",
-                          client_address[0])
-                return
-            super().finish_request(conn, client_address)
-        except OSError as exc:
-            # A client that drops the TLS session mid-request (ssl.SSLError is an OSError)
-            # is the client's business, not a traceback on stderr.
-            log.debug("TLS connection with %s ended: %s", client_address[0], exc)
-        finally:
-            conn.close()
-
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
-        host = address[0]
-        self.address_family = socket.AF_INET6 if ":" in host or host == "" else socket.AF_INET
-        if host == "":
-            address = ("::", address[1])
-        super().__init__(address, handler)
-
-    def server_bind(self) -> None:
-        if self.address_family == socket.AF_INET6:
-            # Dual stack: ":9445" answers on IPv4 and IPv6 like the Go exporters.
-            self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-        super().server_bind()
+def _text(status: int, body: bytes, head: bool, headers: list[tuple[str, str]] | None = None,
+          content_type: str = _TEXT, close: bool = False) -> Response:
+    return Response(status, body, [("Content-Type", content_type), *(headers or [])],
+                    head_only=head, close=close)
 
 
-def _san_allowed(cert: Any, allowed: tuple[str, ...]) -> bool:
-    names = {value for _kind, value in (cert or {}).get("subjectAltName", ())}
-    return any(a in names for a in allowed)
+class App:
+    """The answers, for the front to send. Blocking work (a scrape, a bcrypt check) runs
+    in bounded thread pools, never on the front's event loop."""
 
+    def __init__(self, registry: CollectorRegistry, telemetry_path: str = "/metrics",
+                 auth: BasicAuth | None = None, workers: int = SCRAPE_WORKERS) -> None:
+        self.registry = registry
+        # prometheus_client's own /metrics application: content negotiation (text,
+        # OpenMetrics), gzip, and `name[]` filtering, exactly as the library serves them.
+        self.metrics_app = make_wsgi_app(registry)
+        self.telemetry_path = telemetry_path
+        self.auth = auth
+        self._workers = ThreadPoolExecutor(max_workers=workers,
+                                           thread_name_prefix="http-scrape")
 
-class Handler(BaseHTTPRequestHandler):
-    registry: ClassVar[CollectorRegistry]
-    # prometheus_client's own /metrics application: content negotiation (text,
-    # OpenMetrics), gzip, and `name[]` filtering, exactly as the library serves them.
-    metrics_app: ClassVar[Any]
-    telemetry_path: ClassVar[str] = "/metrics"
-    auth: ClassVar[BasicAuth | None] = None
-    config_headers: ClassVar[dict[str, str]] = {}
-    server_version = f"gpu-exporter/{__version__}"
-    protocol_version = "HTTP/1.1"
-    # Headers and body leave in separate writes: with Nagle on, a keep-alive scraper
-    # (Prometheus) waits out its delayed ACK, 40 ms, for the end of every response.
-    disable_nagle_algorithm = True
-    timeout = REQUEST_TIMEOUT_SECONDS
-    raw_requestline: bytes  # set by BaseHTTPRequestHandler.handle_one_request
-
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("%s " + format, self.address_string(), *args)
-
-    def handle_one_request(self) -> None:
-        server: _Server = self.server  # type: ignore[assignment]
-        self._head_token = server.head_deadlines.watch(self.connection)
-        try:
-            super().handle_one_request()
-        finally:
-            server.head_deadlines.done(self._head_token)
-
-    def parse_request(self) -> bool:
-        raw = self.raw_requestline
-        if raw.strip() and _REQUEST_LINE.fullmatch(raw) is None:
-            # Python would take an HTTP/0.9 line and any method token; what a client
-            # means by those is anybody's guess.
-            self.command, self.request_version = "", "HTTP/1.1"
-            self.requestline = repr(raw.rstrip(b"\r\n"))[2:-1]
-            self.send_error(400, "malformed request line")
-            return False
-        ok = super().parse_request()
-        server: _Server = self.server  # type: ignore[assignment]
-        server.head_deadlines.done(self._head_token)  # the head is in: no deadline now
-        if not ok:
-            return False
-        if sum(len(k) + len(v) for k, v in self.headers.items()) > MAX_HEADER_BYTES:
-            self.send_error(431, "Request Header Fields Too Large")
-            return False
-        if self.command in ("GET", "HEAD"):
-            if not _TARGET.match(self.path):
-                self.send_error(400, "malformed request target")
-                return False
-            if self.path[0] != "/":  # the absolute form, from a proxy
-                url = urlsplit(self.path)
-                self.path = (url.path or "/") + (f"?{url.query}" if url.query else "")
-        else:
+    async def __call__(self, request: Request) -> Response:
+        head = request.method == "HEAD"
+        target = request.target
+        if request.method not in ("GET", "HEAD"):
             # Every other method, known or not, the same way (the body is not read: the
             # connection closes after the answer).
-            self.close_connection = True
-            if self._authorized(self.path.split("?", 1)[0]):
-                self._send(405, b"405 method not allowed\n", "text/plain; charset=utf-8",
-                           extra={"Allow": "GET, HEAD", "Connection": "close"})
-            return False
-        return True
+            denied = await self._denied(request, target.split("?", 1)[0], False)
+            if denied is not None:
+                denied.close = True
+                return denied
+            return _text(405, b"405 method not allowed\n", False, [("Allow", "GET, HEAD")],
+                         close=True)
+        if not _TARGET.match(target):
+            return error_response(400, "malformed request target")
+        if target[0] != "/":  # the absolute form, from a proxy
+            url = urlsplit(target)
+            target = (url.path or "/") + (f"?{url.query}" if url.query else "")
+        path, _, query = target.partition("?")
+        denied = await self._denied(request, path, head)
+        if denied is not None:
+            return denied
+        if path == self.telemetry_path:
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self._workers, self._metrics, query,
+                                              request.headers, head)
+        if path == "/":
+            return _text(200, landing_page(self.telemetry_path).encode(), head,
+                         content_type="text/html; charset=utf-8")
+        if path == "/healthz":
+            return _text(200, b"ok\n", head)
+        return _text(404, b"404 page not found\n", head)
 
-    def send_error(self, code: int, message: str | None = None,
-                   explain: str | None = None) -> None:
-        """Every error in plain text, with a status line (Python's default is an HTML
-        page, and no status line at all for a request line it could not read)."""
-        try:
-            phrase = HTTPStatus(code).phrase
-        except ValueError:
-            phrase = ""
-        if self.request_version == "HTTP/0.9":
-            self.request_version = "HTTP/1.1"
-        self.log_error("code %d, message %s", code, message)
-        self.close_connection = True
-        body = f"{code} {message or phrase}\n".encode("utf-8", "replace")
-        self._send(code, body, "text/plain; charset=utf-8",
-                   head=self.command == "HEAD",
-                   extra={"Connection": "close"})
-
-    def _send(self, status: int, body: bytes, content_type: str, head: bool = False,
-              extra: dict[str, str] | None = None) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        for k, v in {**self.config_headers, **(extra or {})}.items():
-            self.send_header(k, v)
-        self.end_headers()
-        if not head:
-            self.wfile.write(body)
-
-    def _authorized(self, path: str, head: bool = False) -> bool:
+    async def _denied(self, request: Request, path: str, head: bool) -> Response | None:
         # /healthz stays open so liveness probes and the image's HEALTHCHECK need no
         # password; it tells nothing but "ok".
         if self.auth is None or path == "/healthz":
-            return True
-        if self.auth.check(self.headers.get("Authorization")):
-            return True
+            return None
+        try:
+            if await self.auth.check_async(request.headers.get("authorization")):
+                return None
+        except AuthBusy:
+            return _text(503, b"503 too many password checks at once, retry later\n", head,
+                         [("Retry-After", "1")])
         # One answer whatever was wrong (user, password, scheme, encoding).
-        self._send(401, b"Unauthorized\n", "text/plain; charset=utf-8", head,
-                   {"WWW-Authenticate": 'Basic realm="gpu-exporter"'})
-        return False
+        return _text(401, b"Unauthorized\n", head,
+                     [("WWW-Authenticate", 'Basic realm="gpu-exporter"')])
 
-    def _route(self, head: bool) -> None:
-        path = self.path.split("?", 1)[0]
-        if not self._authorized(path, head):
-            return
-        if path == self.telemetry_path:
-            self._metrics(head)
-        elif path == "/":
-            self._send(200, landing_page(self.telemetry_path).encode(),
-                       "text/html; charset=utf-8", head)
-        elif path == "/healthz":
-            self._send(200, b"ok\n", "text/plain; charset=utf-8", head)
-        else:
-            self._send(404, b"404 page not found\n", "text/plain; charset=utf-8", head)
-
-    def _metrics(self, head: bool) -> None:
+    def _metrics(self, query: str, headers: dict[str, str], head: bool) -> Response:
         answer: dict[str, Any] = {}
 
-        def start_response(status: str, headers: list[tuple[str, str]]) -> None:
-            answer["status"], answer["headers"] = int(status.split()[0]), dict(headers)
+        def start_response(status: str, response_headers: list[tuple[str, str]]) -> None:
+            answer["status"], answer["headers"] = int(status.split()[0]), response_headers
 
         environ = {
             "REQUEST_METHOD": "GET", "PATH_INFO": self.telemetry_path,
-            "QUERY_STRING": self.path.partition("?")[2],
-            "HTTP_ACCEPT": self.headers.get("Accept", ""),
-            "HTTP_ACCEPT_ENCODING": self.headers.get("Accept-Encoding", ""),
+            "QUERY_STRING": query,
+            "HTTP_ACCEPT": accept_known_versions(headers.get("accept", "")),
+            "HTTP_ACCEPT_ENCODING": "gzip" if gzip_wanted(
+                headers.get("accept-encoding", "")) else "",
         }
         body = b"".join(self.metrics_app(environ, start_response))
-        headers = answer["headers"]
-        content_type = headers.pop("Content-Type", "text/plain; charset=utf-8")
-        self._send(answer["status"], body, content_type, head, headers)
+        return Response(answer["status"], body, list(answer["headers"]), head_only=head)
 
-    def do_GET(self) -> None:
-        self._route(head=False)
 
-    def do_HEAD(self) -> None:
-        self._route(head=True)
+def gzip_wanted(accept_encoding: str) -> bool:
+    """gzip is listed as a coding with a quality above 0 (`gzip;q=0` means "not gzip",
+    RFC 9110 section 12.5.3); a quality that is not a number disqualifies its entry."""
+    for entry in accept_encoding.split(","):
+        coding, *params = entry.split(";")
+        if coding.strip().lower() != "gzip":
+            continue
+        quality = 1.0
+        for param in params:
+            key, _, value = param.partition("=")
+            if key.strip().lower() == "q":
+                try:
+                    quality = float(value.strip())
+                except ValueError:
+                    quality = 0.0
+        if quality > 0:
+            return True
+    return False
 
+
+def accept_known_versions(accept: str) -> str:
+    """The Accept header less the OpenMetrics entries of a version prometheus_client does
+    not write (it would echo any version into the Content-Type)."""
+    kept = []
+    for entry in accept.split(","):
+        media, *params = entry.split(";")
+        if media.strip().lower() == "application/openmetrics-text":
+            versions = [p.partition("=")[2].strip() for p in params
+                        if p.partition("=")[0].strip() == "version"]
+            if versions and versions[0] not in OPENMETRICS_VERSIONS:
+                continue
+        kept.append(entry)
+    return ",".join(kept)
 
 
 def landing_page(telemetry_path: str) -> str:
@@ -326,28 +185,22 @@ def make_server(
     listen_address: str, registry: CollectorRegistry, telemetry_path: str = "/metrics",
     web_config: WebConfig | None = None,
     read_header_timeout: float = READ_HEADER_TIMEOUT_SECONDS,
-) -> ThreadingHTTPServer:
+) -> HttpServer:
     host, port = parse_listen_address(listen_address)
     web_config = web_config or WebConfig()
-    handler = type("BoundHandler", (Handler,), {
-        "registry": registry, "metrics_app": staticmethod(make_wsgi_app(registry)),
-        "telemetry_path": telemetry_path,
-        "auth": BasicAuth(web_config.basic_auth_users) if web_config.auth_required else None,
-        "config_headers": dict(web_config.headers),
-    })
+    auth = BasicAuth(web_config.basic_auth_users) if web_config.auth_required else None
     tls = None
     if web_config.tls is not None:
         tls = CertificateReloader(web_config.tls, lambda msg: log.warning("%s", msg))
     elif web_config.auth_required:
         log.warning("basic auth without TLS: passwords cross the network in clear text; "
                     "add tls_server_config to %s", web_config.source)
+    app = App(registry, telemetry_path, auth)
     try:
-        server = _Server((host, port), handler)
+        return HttpServer(
+            (host, port), app, Limits(read_header_timeout=read_header_timeout), tls=tls,
+            client_allowed_sans=web_config.tls.client_allowed_sans if web_config.tls else (),
+            config_headers=dict(web_config.headers))
     except OSError as exc:
         raise ListenError(f"cannot listen on {listen_address} (--web.listen-address): "
                           f"{exc.strerror or exc}") from exc
-    server.tls = tls
-    server.head_deadlines = _HeadDeadlines(read_header_timeout)
-    server.client_allowed_sans = web_config.tls.client_allowed_sans if web_config.tls else ()
-    return server
-

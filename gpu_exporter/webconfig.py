@@ -7,15 +7,19 @@ certificate or a hash that is not bcrypt is a `ConfigError` naming the file and 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import hashlib
+import itertools
 import os
+import queue
 import re
 import ssl
 import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -80,10 +84,6 @@ ALLOWED_HEADERS: Mapping[str, frozenset[str] | None] = {
 }
 
 _BCRYPT_HASH = re.compile(r"^\$2[abxy]?\$\d\d\$[./A-Za-z0-9]{53}$")
-# Checked when the user name is unknown, so an unknown user costs the same bcrypt as a
-# known one and timing does not tell which names exist (exporter-toolkit does the same).
-# It is bcrypt("fakepassword").
-_DECOY_HASH = b"$2y$10$QOauhQNbBCuQDKes6eFzPeMqBSjb7Mr5DUmpZ/VcEd00UAV/LDeSi"
 _BCRYPT_MAX_PASSWORD_BYTES = 72
 
 _TOP_KEYS = frozenset({"tls_server_config", "http_server_config", "basic_auth_users"})
@@ -294,7 +294,7 @@ def _parse_users(source: str, raw: dict[str, Any]) -> dict[str, bytes]:
             raise _fail(source, f"basic_auth_users: invalid user name {user!r}")
         if not isinstance(hashed, str) or not _BCRYPT_HASH.match(hashed):
             raise _fail(source, f"basic_auth_users.{user}: not a bcrypt hash (make one with "
-                                "`htpasswd -nBC 10 \"\" | tr -d ':\\n'` or "
+                                "`htpasswd -nBC 12 \"\" | tr -d ':\\n'` or "
                                 "`python3 -c 'import bcrypt; print(bcrypt.hashpw(b\"...\", "
                                 "bcrypt.gensalt()).decode())'`)")
         users[user] = hashed.encode()
@@ -393,23 +393,92 @@ class CertificateReloader:
             return self._ctx
 
 
+class AuthBusy(Exception):
+    """Too many password checks are waiting: answered 503, not checked."""
+
+
+# Password checks run on one thread (bcrypt releases the GIL: a flood of wrong passwords
+# takes one core, and scrapes keep the others), and at most MAX_WAITING_CHECKS more wait;
+# a check of credentials that passed before goes ahead of every other waiting one and is
+# never refused, so it waits for one check at most.
+BCRYPT_THREADS = 1
+MAX_WAITING_CHECKS = 64
+
+
+class _BcryptQueue:
+    """A bounded priority queue served by BCRYPT_THREADS threads."""
+
+    def __init__(self, threads: int = BCRYPT_THREADS, max_waiting: int = MAX_WAITING_CHECKS
+                 ) -> None:
+        self._queue: queue.PriorityQueue[tuple[int, int, Callable[[], bool],
+                                               futures.Future[bool]]] = queue.PriorityQueue()
+        self._seq = itertools.count()
+        self._threads = threads
+        self._max_waiting = max_waiting
+        self._started = False
+        self._lock = threading.Lock()
+
+    def submit(self, check: Callable[[], bool], first: bool) -> futures.Future[bool]:
+        with self._lock:
+            if not self._started:
+                for i in range(self._threads):
+                    threading.Thread(target=self._serve, name=f"http-bcrypt-{i}",
+                                     daemon=True).start()
+                self._started = True
+            if not first and self._queue.qsize() >= self._max_waiting:
+                raise AuthBusy
+            future: futures.Future[bool] = futures.Future()
+            self._queue.put((0 if first else 1, next(self._seq), check, future))
+            return future
+
+    def _serve(self) -> None:
+        while True:
+            _prio, _seq, check, future = self._queue.get()
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(check())
+            except BaseException as exc:  # handed to the waiting request
+                future.set_exception(exc)
+
+
+@dataclass(frozen=True)
+class _Attempt:
+    user: bytes
+    password: bytes
+    target: bytes  # the user's hash, or the decoy for an unknown user
+    known: bool
+    key: bytes
+    cached: bool  # passed within cache_seconds: no bcrypt at all
+    vouched: bool  # passed before, longer ago: checked ahead of the others
+
+
 class BasicAuth:
     """Checks `Authorization: Basic` against bcrypt hashes.
 
-    A bcrypt check costs tens of milliseconds of CPU by design; a scraper sends the same
-    credentials every scrape, so a success is remembered for `cache_seconds` (keyed by a
-    SHA-256 of user, hash and password, never the password itself). Failures are not
-    remembered, and checks run one at a time so a flood of bad attempts cannot take every
-    core."""
+    A bcrypt check costs tens to hundreds of milliseconds of CPU by design; a scraper
+    sends the same credentials every scrape, so a success is remembered for
+    `cache_seconds` (keyed by a SHA-256 of user, hash and password, never the password
+    itself). Failures are not remembered. Checks run on a bounded pool with a bounded
+    queue; credentials that passed before are checked first, so clients sending wrong
+    passwords cannot starve a scraper whose cached success has expired. An unknown user
+    is checked against a decoy hash of the users' own bcrypt cost, so the time of an
+    answer does not tell whether the user exists."""
 
     def __init__(self, users: Mapping[str, bytes], cache_seconds: float = 60.0,
                  cache_size: int = 256) -> None:
+        import bcrypt
+
         self._users = dict(users)
-        self._cache: dict[bytes, float] = {}
+        self._cache: dict[bytes, float] = {}  # key -> when its success expires
         self._cache_seconds = cache_seconds
         self._cache_size = cache_size
         self._cache_lock = threading.Lock()
-        self._bcrypt_lock = threading.Lock()
+        self._checks = _BcryptQueue()
+        self.decoy_cost = max((_cost(h) for h in self._users.values()), default=10)
+        # Made at start-up (one check's time), from a random password nobody knows.
+        self._decoy = bcrypt.hashpw(os.urandom(18).hex().encode(),
+                                    bcrypt.gensalt(rounds=self.decoy_cost))
 
     def _key(self, user: bytes, hashed: bytes, password: bytes) -> bytes:
         h = hashlib.sha256()
@@ -418,37 +487,63 @@ class BasicAuth:
             h.update(part)
         return h.digest()
 
-    def check(self, authorization: str | None) -> bool:
+    def _attempt(self, authorization: str | None) -> _Attempt | None:
         user, password = _parse_basic(authorization)
         if user is None or password is None:
-            return False
+            return None
         hashed = self._users.get(user.decode("utf-8", "replace"))
         known = hashed is not None
-        target = hashed if hashed is not None else _DECOY_HASH
+        target = hashed if hashed is not None else self._decoy
         key = self._key(user, target, password)
-        now = time.monotonic()
         with self._cache_lock:
             expires = self._cache.get(key)
-            if expires is not None and expires > now and known:
-                return True
+        cached = known and expires is not None and expires > time.monotonic()
+        return _Attempt(user, password, target, known, key, cached,
+                        vouched=known and expires is not None)
+
+    def _verify(self, attempt: _Attempt) -> bool:
         import bcrypt
 
-        with self._bcrypt_lock:
-            if len(password) > _BCRYPT_MAX_PASSWORD_BYTES:
-                # bcrypt refuses such passwords; spend the same time anyway.
-                bcrypt.checkpw(b"x", target)
-                ok = False
-            else:
-                ok = bcrypt.checkpw(password, target)
-        ok = ok and known
+        if len(attempt.password) > _BCRYPT_MAX_PASSWORD_BYTES:
+            # bcrypt refuses such passwords; spend the same time anyway.
+            bcrypt.checkpw(b"x", attempt.target)
+            ok = False
+        else:
+            ok = bcrypt.checkpw(attempt.password, attempt.target)
+        ok = ok and attempt.known
         if ok:
+            now = time.monotonic()
             with self._cache_lock:
                 if len(self._cache) >= self._cache_size:
                     self._cache = {k: v for k, v in self._cache.items() if v > now}
                     if len(self._cache) >= self._cache_size:
                         self._cache.clear()
-                self._cache[key] = now + self._cache_seconds
+                self._cache[attempt.key] = now + self._cache_seconds
         return ok
+
+    def check(self, authorization: str | None) -> bool:
+        """Blocks until checked; AuthBusy when too many checks are waiting."""
+        attempt = self._attempt(authorization)
+        if attempt is None:
+            return False
+        if attempt.cached:
+            return True
+        return self._checks.submit(lambda: self._verify(attempt), attempt.vouched).result()
+
+    async def check_async(self, authorization: str | None) -> bool:
+        """`check` for the event loop: waits without holding a thread."""
+        attempt = self._attempt(authorization)
+        if attempt is None:
+            return False
+        if attempt.cached:
+            return True
+        future = self._checks.submit(lambda: self._verify(attempt), attempt.vouched)
+        return await asyncio.wrap_future(future)
+
+
+def _cost(hashed: bytes) -> int:
+    # $2b$12$...: the cost is the log2 of the rounds, the second field.
+    return int(hashed.split(b"$")[2])
 
 
 def _parse_basic(authorization: str | None) -> tuple[bytes | None, bytes | None]:

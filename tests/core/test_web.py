@@ -139,6 +139,33 @@ def test_negotiation_and_name_filter_are_prometheus_clients() -> None:
         assert text.endswith("# EOF\n") and "gpu_exporter_collector_success" not in text
 
 
+def test_a_refused_coding_and_an_unknown_version_are_not_served() -> None:
+    with exporter(env=NO_DEVICES) as exp:
+        # q=0 means "not acceptable" (RFC 9110 section 12.5.3).
+        for refused in ("gzip;q=0", "gzip; q=0.000, br", "GZIP;Q=0"):
+            status, headers, body = _request(exp.port, "GET", "/metrics",
+                                             {"Accept-Encoding": refused})
+            assert status == 200 and "Content-Encoding" not in headers, refused
+            assert b"gpu_exporter_build_info" in body
+        status, headers, _ = _request(exp.port, "GET", "/metrics",
+                                      {"Accept-Encoding": "gzip;q=0.1"})
+        assert headers["Content-Encoding"] == "gzip"
+        # An OpenMetrics version the library does not write is passed over, as
+        # Prometheus' Go client does, never echoed into the Content-Type.
+        status, headers, body = _request(
+            exp.port, "GET", "/metrics",
+            {"Accept": "application/openmetrics-text; version=9.9.9"})
+        assert status == 200 and "9.9.9" not in headers["Content-Type"]
+        assert headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        assert not body.rstrip().endswith(b"# EOF")
+        status, headers, body = _request(
+            exp.port, "GET", "/metrics",
+            {"Accept": "application/openmetrics-text; version=9.9.9, "
+                       "application/openmetrics-text; version=1.0.0; q=0.5"})
+        assert "version=1.0.0" in headers["Content-Type"], headers
+        assert body.rstrip().endswith(b"# EOF")
+
+
 def test_oversized_headers_are_refused_and_server_keeps_serving() -> None:
     with exporter(env=NO_DEVICES) as exp:
         big = {f"X-Pad-{i}": "a" * 1000 for i in range(40)}

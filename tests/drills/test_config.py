@@ -25,7 +25,7 @@ _STR_BAD_VALUES: dict[str, list[str]] = {
     # makes the collectors that need it unavailable, reported by doctor.
     "web.listen-address": ["nonsense", ":0", ":65536", "host:port", "[::1]", "[::1",
                            "256.1.1.1:1"],
-    "web.telemetry-path": ["metrics", "/", "/healthz"],
+    "web.telemetry-path": ["metrics", "/", "/healthz", "//metrics", "/a/../metrics"],
     "web.config.file": ["/nonexistent/web.yml"],
     # host collector exclusions are regular expressions
     "host.filesystem-types-exclude": ["("],

@@ -4,6 +4,9 @@ collector starts; and the bcrypt check is cached on success only."""
 from __future__ import annotations
 
 import base64
+import re
+import threading
+import time
 from pathlib import Path
 
 import bcrypt
@@ -180,3 +183,93 @@ def test_cached_success_expires(bcrypt_calls: list[bytes], password_hash: str) -
     assert not auth.check("Basic")
     assert not auth.check("Basic " + base64.b64encode(b"no-colon").decode())
     assert len(calls) == 2  # malformed headers are refused before any bcrypt
+
+
+def _cost(hashed: bytes) -> int:
+    return int(hashed.split(b"$")[2])
+
+
+def test_an_unknown_user_costs_the_users_bcrypt_cost(bcrypt_calls: list[bytes]) -> None:
+    # The decoy of an unknown user is as slow as the real hashes (was: always cost 10, so
+    # with cost 12 a wrong user answered in a quarter of a wrong password's time).
+    for costs in ((5,), (5, 6)):
+        users = {f"u{c}": bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=c)) for c in costs}
+        auth = BasicAuth(users)
+        assert not auth.check(_header("nobody", "pw"))
+        assert _cost(bcrypt_calls[-1]) == max(costs), bcrypt_calls[-1]
+        assert not auth.check(_header("u5", "wrong"))
+        assert _cost(bcrypt_calls[-1]) == 5
+
+
+def test_the_documented_recipe_and_the_decoy_agree(bcrypt_calls: list[bytes],
+                                               folder: Path) -> None:
+    from tests.helpers import REPO
+
+    readme = (REPO / "docs" / "tls-auth.md").read_text()
+    # The recipe: bcrypt.gensalt() (its default cost) or htpasswd -nBC <cost>.
+    assert "bcrypt.gensalt()" in readme
+    htpasswd = {int(c) for c in re.findall(r"htpasswd -nBC (\d+)", readme)}
+    default = _cost(bcrypt.gensalt())
+    assert htpasswd == {default}, (htpasswd, default)
+    # The one-line error for a bad hash gives the same recipe.
+    path = folder / "plain.yml"
+    path.write_text("basic_auth_users:\n  u: plain\n")
+    with pytest.raises(ConfigError) as err:
+        load_web_config(str(path))
+    assert f"htpasswd -nBC {default}" in str(err.value)
+    # A hash made by the recipe, and an unknown user: the same cost.
+    auth = BasicAuth({"prometheus": bcrypt.hashpw(b"pw", bcrypt.gensalt())})
+    assert not auth.check(_header("nobody", "pw"))
+    assert _cost(bcrypt_calls[-1]) == default
+
+
+def test_credentials_that_passed_before_are_checked_first(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Forty clients keep bcrypt busy with wrong passwords; a scraper whose success has
+    expired (cache_seconds=0) is checked before every one of them that waits (was: one
+    lock, the scraper waited behind a random share of the forty)."""
+    good = bcrypt.hashpw(b"right", bcrypt.gensalt(rounds=8))
+    auth = BasicAuth({"prometheus": good}, cache_seconds=0.0)
+    started: list[str] = []  # who each bcrypt check was for, in the order they began
+    lock = threading.Lock()
+    real = bcrypt.checkpw
+
+    def recording(password: bytes, hashed: bytes) -> bool:
+        with lock:
+            started.append("scraper" if password == b"right" else "attacker")
+        return real(password, hashed)
+
+    monkeypatch.setattr(bcrypt, "checkpw", recording)
+    right = _header("prometheus", "right")
+    assert auth.check(right)  # passed once: from now on it is known good
+    stop = threading.Event()
+
+    def attacker(n: int) -> None:
+        for i in range(60):
+            if stop.is_set():
+                return
+            auth.check(_header("prometheus", f"wrong-{n}-{i}"))
+
+    attackers = [threading.Thread(target=attacker, args=(n,)) for n in range(40)]
+    for a in attackers:
+        a.start()
+    try:
+        deadline = time.monotonic() + 30
+        while started.count("attacker") < 40 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert started.count("attacker") >= 40, "the attackers never got going"
+        overtaken = []
+        for _ in range(5):
+            with lock:
+                mark = len(started)
+            assert auth.check(right)
+            with lock:
+                after = started[mark:]
+            # Attackers' checks that began after the scraper asked and before its own.
+            overtaken.append(after.index("scraper"))
+    finally:
+        stop.set()
+        for a in attackers:
+            a.join(60)
+    # At most the checks already being handed to a free thread as it asked.
+    assert max(overtaken) <= 2, overtaken
