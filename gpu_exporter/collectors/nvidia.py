@@ -28,7 +28,7 @@ from gpu_exporter.collectors.base import (
 )
 from gpu_exporter.nvml import nvlink, values
 from gpu_exporter.nvml import stack as nvml_stack
-from gpu_exporter.nvml.calls import FIX_UPDATE, NvmlGone, NvmlUnavailable
+from gpu_exporter.nvml.calls import FIX_CHECK, FIX_UPDATE, NvmlGone, NvmlUnavailable
 from gpu_exporter.nvml.devices import NvmlDevice
 from gpu_exporter.nvml.events import XidListener
 from gpu_exporter.nvml.gpm import GPM, MIN_WINDOW_SECONDS
@@ -173,6 +173,9 @@ class NvidiaCollector(Collector):
                     for fkey, message in result.failures:
                         sink.fail(fkey, message)
             readings.extend(down)
+        for uuid, indexes in sorted(session.shared_uuids.items()):
+            sink.fail(f"uuid:{uuid}", nvml_stack.shared_uuid_message(
+                uuid, indexes, session.devices) + f" ({FIX_CHECK})")
         stuck = events.stuck_seconds()
         if stuck > XidListener.STUCK_SECONDS:
             sink.fail("xid:stuck", f"the NVML event wait has not returned for {stuck:.0f} s: "

@@ -33,6 +33,7 @@ from gpu_exporter.nvml.calls import (
     NvmlGone,
     NvmlUnavailable,
     init_failure,
+    text,
 )
 from gpu_exporter.nvml.devices import IdentityUnreadable, NvmlDevice, discover
 from gpu_exporter.nvml.driver import DriverGpu, DriverGpus, read_driver_gpus
@@ -70,12 +71,17 @@ class Session:
     pending: dict[int, IdentityUnreadable | None] = field(default_factory=dict)
     seen_pci: dict[int, str] = field(default_factory=dict)  # index -> PCI address read
     gone: bool = False
+    # UUIDs that more than one GPU reports -> their NVML indexes (see `distinct`)
+    shared_uuids: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
     def summary(self) -> str:
         migs = sum(len(d.migs) for d in self.devices.values())
+        shared = "; ".join(shared_uuid_message(u, i, self.devices)
+                           for u, i in sorted(self.shared_uuids.items()))
         return (f"{len(self.devices)} GPU(s)" + (f", {migs} MIG device(s)" if migs else "")
                 + (f", {len(self.pending)} not identified yet" if self.pending else "")
-                + (f", driver {self.version}" if self.version else ""))
+                + (f", driver {self.version}" if self.version else "")
+                + (f"; {shared}" if shared else ""))
 
 
 @dataclass(frozen=True)
@@ -150,7 +156,7 @@ class NvmlStack:
             raise self.unavailable from None
         try:
             count = int(pynvml.nvmlDeviceGetCount())
-            version = _text(pynvml.nvmlSystemGetDriverVersion())
+            version = text(pynvml.nvmlSystemGetDriverVersion)
             events = XidListener()
             events.start()
         except pynvml.NVMLError as exc:
@@ -275,6 +281,8 @@ class NvmlStack:
                 continue
             devices[index] = dev
             pending.pop(index, None)
+        devices, session.shared_uuids = distinct(devices, session.events)
+        for dev in devices.values():
             if dev.identity.pci_address is not None:
                 self._known[dev.identity.pci_address] = dev.identity
         session.devices, session.pending = devices, pending
@@ -386,13 +394,46 @@ class NvmlStack:
         self._workers.clear()
 
 
+def distinct(devices: dict[int, NvmlDevice], events: XidListener | None = None
+             ) -> tuple[dict[int, NvmlDevice], dict[str, tuple[int, ...]]]:
+    """GPUs that report the same UUID (a board or driver fault; a UUID is meant to be
+    unique) are told apart: each of them is known by `<UUID>@<PCI address>` (its NVML
+    index where it has no address) as its hw_id, so that neither hides the other's
+    series. Returns the devices and the shared UUIDs with the indexes reporting them."""
+    by_uuid: dict[str, list[int]] = {}
+    for index, dev in sorted(devices.items()):
+        if dev.uuid:
+            by_uuid.setdefault(dev.uuid, []).append(index)
+    shared = {u: tuple(ix) for u, ix in by_uuid.items() if len(ix) > 1}
+    out = dict(devices)
+    for uuid, indexes in shared.items():
+        for index in indexes:
+            dev = out[index]
+            if dev.identity.hw_id != uuid:
+                continue  # told apart at an earlier harvest
+            hw_id = f"{uuid}@{dev.identity.pci_address or index}"
+            migs = tuple(dataclasses.replace(m, identity=dataclasses.replace(
+                m.identity, parent_hw_id=hw_id)) for m in dev.migs)
+            if events is not None:
+                events.rename(dev.handle, hw_id)
+            if dev.gpm is not None:
+                dev.gpm.rename(hw_id)
+            out[index] = dataclasses.replace(
+                dev, identity=dataclasses.replace(dev.identity, hw_id=hw_id), migs=migs)
+    return out, shared
+
+
+def shared_uuid_message(uuid: str, indexes: tuple[int, ...],
+                        devices: dict[int, NvmlDevice]) -> str:
+    gpus = ", ".join(f"{i} ({d.identity.pci_address or 'no PCI address'})"
+                     for i in indexes for d in (devices.get(i),) if d is not None)
+    return (f"GPUs {gpus} report the same UUID {uuid}: each is reported as "
+            f"hw_id=<UUID>@<PCI address>")
+
+
 def _shutdown() -> None:
     with contextlib.suppress(pynvml.NVMLError):  # already gone: nothing to release
         pynvml.nvmlShutdown()
-
-
-def _text(value: str | bytes) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 _stack_lock = threading.Lock()
