@@ -106,6 +106,7 @@ class NvmlStack:
         self._last_check = -float("inf")
         self._generation = 0
         self._jobs: dict[int, Job[NvmlDevice]] = {}  # discovery, by NVML index
+        self._submitted: dict[int, float] = {}  # when each of those jobs was submitted
         # Kept across sessions: a worker stuck in a hung call stays busy (and its GPU
         # unidentified) instead of a second thread being started beside it.
         self._workers: dict[int, Worker] = {}
@@ -258,6 +259,7 @@ class NvmlStack:
                 self._jobs[index] = worker.submit(partial(
                     discover, index, session.version, session.events, session.seen_pci,
                     self._settings))
+                self._submitted[index] = time.monotonic()
 
     def _harvest(self, session: Session) -> None:
         """Moves finished discovery into `session` (caller holds the lock). The maps are
@@ -285,22 +287,36 @@ class NvmlStack:
         for dev in devices.values():
             if dev.identity.pci_address is not None:
                 self._known[dev.identity.pci_address] = dev.identity
-        session.devices, session.pending = devices, pending
+        # devices first, then pending: a reader that takes pending, then devices (`view`)
+        # sees every GPU in one of them at least.
+        session.devices = devices
+        session.pending = pending
 
-    def settle(self, session: Session, deadline: float) -> None:
-        """Waits until `deadline` for the discovery under way."""
-        for job in list(self._jobs.values()):
-            job.wait(deadline - time.monotonic())
+    def settle(self, session: Session, deadline: float, since: float | None = None) -> None:
+        """Waits until `deadline` for the discovery under way (`since`: only for what was
+        submitted at or after it: a scrape waits for the discovery it started, NVML
+        started again or a GPU tried again, never again for one that hung before)."""
+        for index, job in list(self._jobs.items()):
+            if since is None or self._submitted.get(index, since) >= since:
+                job.wait(deadline - time.monotonic())
         with self._lock:
             if session is self.current:
                 self._harvest(session)
 
-    def missing(self, session: Session | None) -> list[Missing]:
+    def missing(self, session: Session | None,
+                view: tuple[dict[int, IdentityUnreadable | None], dict[int, NvmlDevice]]
+                | None = None) -> list[Missing]:
         """The GPUs this exporter is given that it cannot read: counted by NVML but not
         identified, or listed by the driver only. gpu_index: the NVML index when NVML
-        counts the GPU, else after the GPUs NVML counts, in PCI order."""
-        identified = self._identified(session)
-        pending = dict(session.pending) if session is not None else {}
+        counts the GPU, else after the GPUs NVML counts, in PCI order. `view`: the
+        session's (pending, devices) as the caller read its GPUs (`view()`), so that a GPU
+        identified since is reported in this scrape as what the caller saw."""
+        if session is not None and view is None:
+            view = self.view(session)
+        pending, devices = view if view is not None else ({}, {})
+        pending = {i: why for i, why in pending.items() if i not in devices}
+        identified = {d.identity.pci_address for d in devices.values()
+                      if d.identity.pci_address is not None}
         seen = dict(session.seen_pci) if session is not None else {}
         unmatched = [g for g in self._driver_gpus()
                      if g.pci_address not in identified and g.pci_address not in seen.values()]
@@ -327,6 +343,14 @@ class NvmlStack:
                 f"NVIDIA GPU {g.pci_address} is listed by the driver but NVML does not count "
                 f"it: the driver could not initialise it ({FIX_CHECK})"))
         return out
+
+    @staticmethod
+    def view(session: Session) -> tuple[dict[int, IdentityUnreadable | None],
+                                         dict[int, NvmlDevice]]:
+        """(pending, devices) of the session, read in that order: a GPU whose discovery
+        is harvested meanwhile is in devices (and is left out of pending by `missing`)."""
+        pending = session.pending
+        return pending, session.devices
 
     def _identity(self, session: Session | None, pci: str, order_key: tuple[int | str, ...],
                   g: DriverGpu | None) -> GpuIdentity:
