@@ -18,6 +18,7 @@ from tests.helpers import (
     find,
     parse,
     run_as_nobody,
+    run_cli,
     world_readable_dir,
 )
 from tests.sysfs.tree import FakeSysfs
@@ -97,6 +98,12 @@ def test_a_sparse_1gb_meminfo_is_one_value_missing_with_the_reason(tmp_path: Pat
                                   collector="host")] == [0]
     assert f"{proc}/meminfo is larger than 65536 bytes (1073741824)" in log
     assert peak <= normal_peak + PEAK_MARGIN_KIB, (peak, normal_peak)
+    # doctor names it from the start
+    res = run_cli(["doctor", *args])
+    assert res.returncode == 0, res.stderr
+    [line] = [x for x in res.stdout.splitlines() if x.startswith("host ")]
+    assert line.split()[1] == "enabled", line
+    assert f"memory not read: {proc}/meminfo is larger than 65536 bytes" in line, line
 
 
 def test_a_200mb_mount_table_is_refused_not_read(tmp_path: Path) -> None:
