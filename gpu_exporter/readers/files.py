@@ -24,6 +24,7 @@ import os
 import stat
 
 _FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
+_S_ISREG = stat.S_ISREG
 
 _KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
@@ -55,8 +56,9 @@ def _check(path: str | os.PathLike[str], st: os.stat_result, limit: int | None) 
         raise Refused(path, f"is larger than {limit} bytes ({st.st_size})", errno.EFBIG)
 
 
-def _open(path: str | os.PathLike[str], limit: int | None) -> int:
-    _check(path, os.stat(path), limit)
+def _open(path: str | os.PathLike[str], limit: int | None, stat_first: bool = True) -> int:
+    if stat_first:
+        _check(path, os.stat(path), limit)
     fd = os.open(path, _FLAGS)
     try:
         _check(path, os.fstat(fd), limit)
@@ -89,12 +91,21 @@ def read_capped(path: str | os.PathLike[str], limit: int) -> bytes:
         os.close(fd)
 
 
-def head(path: str | os.PathLike[str], size: int) -> bytes:
+def head(path: str | os.PathLike[str], size: int, *, stat_first: bool = True) -> bytes:
     """At most the first `size` bytes of a regular file however long it is: one read,
     which is the whole of a sysfs attribute or a one-record procfs file (stat, status,
-    fdinfo), and the start of a longer one."""
-    fd = _open(path, None)
+    fdinfo), and the start of a longer one. `stat_first=False`: opened (non-blocking)
+    before it is checked, one system call less, for the hundreds of sysfs attributes a
+    scrape reads: a sysfs has no device node, and one put in a fake tree is opened but
+    never read."""
+    if stat_first:
+        _check(path, os.stat(path), None)
+    fd = os.open(path, _FLAGS)
     try:
+        # inline, not _check: this runs for every sysfs value of every scrape
+        mode = os.fstat(fd).st_mode
+        if not _S_ISREG(mode):
+            raise Refused(path, f"is {_kind(mode)}, not a regular file")
         return os.read(fd, size)
     finally:
         os.close(fd)

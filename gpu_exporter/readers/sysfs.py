@@ -63,7 +63,7 @@ def read_bytes(path: Path | str, limit: int = MAX_READ_BYTES,
     or None when absent/unreadable/refused (a FIFO, a device, a folder is never read; it
     is logged once, and added to `problems` when given)."""
     try:
-        return files.head(path, limit)
+        return files.head(path, limit, stat_first=False)
     except files.Refused as exc:
         log_once(log, f"refused:{path}", logging.WARNING, "not read: %s", exc)
         if problems is not None:

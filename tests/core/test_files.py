@@ -55,12 +55,15 @@ def test_a_fifo_with_a_writer_is_not_read_either(tmp_path: Path) -> None:
         os.close(writer)
 
 
-def test_a_device_is_never_opened(tmp_path: Path) -> None:
+def test_a_device_is_never_read(tmp_path: Path) -> None:
     """A link to /dev/zero where a file should be: reading it would hand out zeros up
-    to the cap (and opening some devices has effects of its own)."""
+    to the cap. procfs files are checked before they are opened (opening some devices
+    has effects of its own); sysfs values, hundreds a scrape, right after."""
     (tmp_path / "power1_average").symlink_to("/dev/zero")
     with pytest.raises(files.Refused, match="is a character device"):
         files.read_capped(tmp_path / "power1_average", CAP)
+    with pytest.raises(files.Refused, match="is a character device"):
+        files.head(tmp_path / "power1_average", CAP, stat_first=False)
     assert sysfs.read_bytes(tmp_path / "power1_average") is None
 
 
