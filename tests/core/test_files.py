@@ -114,3 +114,49 @@ def test_a_refused_sysfs_value_is_a_problem_with_its_reason(tmp_path: Path) -> N
     assert problems.items == [(str(tmp_path / "temp1_input"),
                                f"{tmp_path / 'temp1_input'}: not read: is a FIFO, not a "
                                "regular file")]
+
+
+# Reads that are not of procfs/sysfs/tracefs or a process's files, each with why.
+NOT_SYSTEM_FILES = {
+    "gpu_exporter/webconfig.py": "the operator's --web.config.file and the TLS files it names",
+    "gpu_exporter/ebpf/probes.py": "the BPF program's source, package data",
+    "gpu_exporter/ebpf/probe_table.py": "a developer's tool rewriting the probe table",
+}
+
+
+def _direct_reads(path: Path) -> list[str]:
+    import ast
+
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            names = [a.name for a in node.names] + [getattr(node, "module", None) or ""]
+            if any(n.split(".")[0] == "psutil" for n in names):
+                out.append(f"{node.lineno}: psutil")
+        if not isinstance(node, ast.Call):
+            continue
+        fn = node.func
+        if isinstance(fn, ast.Name) and fn.id == "open":
+            out.append(f"{node.lineno}: open()")
+        elif isinstance(fn, ast.Attribute) and isinstance(fn.value, ast.Name) and (
+                fn.value.id == "os" and fn.attr == "open"):
+            out.append(f"{node.lineno}: os.open()")
+        elif isinstance(fn, ast.Attribute) and fn.attr in ("read_text", "read_bytes") \
+                and not node.args:  # pathlib's, not readers.files/readers.sysfs
+            out.append(f"{node.lineno}: .{fn.attr}()")
+    return out
+
+
+def test_every_system_file_is_read_through_readers_files() -> None:
+    """No open(), os.open(), Path.read_text()/read_bytes() or psutil outside
+    readers/files.py: a read that bypasses it can wait on a FIFO or read a huge file."""
+    repo = Path(__file__).resolve().parents[2]
+    found = {}
+    for path in sorted((repo / "gpu_exporter").rglob("*.py")):
+        rel = str(path.relative_to(repo))
+        if rel == "gpu_exporter/readers/files.py" or rel in NOT_SYSTEM_FILES:
+            continue
+        reads = _direct_reads(path)
+        if reads:
+            found[rel] = reads
+    assert found == {}, found
