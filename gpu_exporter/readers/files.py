@@ -46,7 +46,7 @@ def _kind(mode: int) -> str:
     for test, name in _KINDS:
         if test(mode):
             return name
-    return "not a regular file"
+    return "a special file"
 
 
 def _check(path: str | os.PathLike[str], st: os.stat_result, limit: int | None) -> None:
@@ -56,9 +56,8 @@ def _check(path: str | os.PathLike[str], st: os.stat_result, limit: int | None) 
         raise Refused(path, f"is larger than {limit} bytes ({st.st_size})", errno.EFBIG)
 
 
-def _open(path: str | os.PathLike[str], limit: int | None, stat_first: bool = True) -> int:
-    if stat_first:
-        _check(path, os.stat(path), limit)
+def _open(path: str | os.PathLike[str], limit: int | None) -> int:
+    _check(path, os.stat(path), limit)
     fd = os.open(path, _FLAGS)
     try:
         _check(path, os.fstat(fd), limit)
