@@ -90,21 +90,25 @@ def read_capped(path: str | os.PathLike[str], limit: int) -> bytes:
         os.close(fd)
 
 
-def head(path: str | os.PathLike[str], size: int, *, stat_first: bool = True) -> bytes:
+def head(path: str | os.PathLike[str], size: int, *, stat_first: bool = True,
+         whole: bool = False) -> bytes:
     """At most the first `size` bytes of a regular file however long it is: one read,
     which is the whole of a sysfs attribute or a one-record procfs file (stat, status,
     fdinfo), and the start of a longer one. `stat_first=False`: opened (non-blocking)
     before it is checked, one system call less, for the hundreds of sysfs attributes a
     scrape reads: a sysfs has no device node, and one put in a fake tree is opened but
-    never read."""
+    never read. `whole`: the file is meant to fit (a sysfs value): one whose size says
+    otherwise (a sparse 1 GB file) is refused, not read in part."""
     if stat_first:
         _check(path, os.stat(path), None)
     fd = os.open(path, _FLAGS)
     try:
         # inline, not _check: this runs for every sysfs value of every scrape
-        mode = os.fstat(fd).st_mode
-        if not _S_ISREG(mode):
-            raise Refused(path, f"is {_kind(mode)}, not a regular file")
+        st = os.fstat(fd)
+        if not _S_ISREG(st.st_mode):
+            raise Refused(path, f"is {_kind(st.st_mode)}, not a regular file")
+        if whole and st.st_size > size:
+            raise Refused(path, f"is larger than {size} bytes ({st.st_size})", errno.EFBIG)
         return os.read(fd, size)
     finally:
         os.close(fd)

@@ -60,14 +60,16 @@ class Problems:
 def read_bytes(path: Path | str, limit: int = MAX_READ_BYTES,
                problems: Problems | None = None) -> bytes | None:
     """The raw content of a file (one read, at most `limit` bytes: `readers.files.head`),
-    or None when absent/unreadable/refused (a FIFO, a device, a folder is never read; it
-    is logged once, and added to `problems` when given)."""
+    or None when absent/unreadable/refused (a FIFO, a device, a folder, a file whose size
+    is over `limit` is never read: it is added to `problems` when given, else logged
+    once)."""
     try:
-        return files.head(path, limit, stat_first=False)
+        return files.head(path, limit, stat_first=False, whole=True)
     except files.Refused as exc:
-        log_once(log, f"refused:{path}", logging.WARNING, "not read: %s", exc)
-        if problems is not None:
+        if problems is not None:  # the collector reports it (a failure, logged once)
             problems.add(path, f"not read: {exc.strerror}")
+        else:
+            log_once(log, f"refused:{path}", logging.WARNING, "not read: %s", exc)
         return None
     except OSError:
         return None

@@ -155,3 +155,48 @@ def test_a_card_folder_the_exporter_may_not_open_is_no_exit() -> None:
         finally:
             os.chmod(card, 0o755)
 
+
+
+def test_hostile_files_in_a_cards_folder_are_values_missing_with_the_reason(
+        tmp_path: Path) -> None:
+    """A FIFO (with a writer: it has data), a link to /dev/zero and a sparse 1 GB file
+    where three of an AMD card's sysfs values are: those three values are missing and
+    named with why, the card's other values are read."""
+    tree = FakeSysfs(tmp_path / "sys")
+    device = tree.add("rx6900xt", "0000:0b:00.0", 0).device
+    (tmp_path / "proc").mkdir()
+    busy = device / "gpu_busy_percent"
+    [hwmon] = (device / "hwmon").iterdir()
+    busy.unlink()
+    os.mkfifo(busy)
+    writer = os.open(busy, os.O_RDWR | os.O_NONBLOCK)
+    (hwmon / "power1_average").unlink()
+    (hwmon / "power1_average").symlink_to("/dev/zero")
+    _sparse(hwmon / "temp1_input", 1 << 30)
+    try:
+        res = subprocess.run(
+            [EXPORTER, "dump", *(f"--no-collector.{c.name}" for c in REGISTRY
+                                 if c.name != "amd"),
+             f"--path.sysfs={tmp_path / 'sys'}", f"--path.procfs={tmp_path / 'proc'}"],
+            capture_output=True, text=True, timeout=60)
+        os.write(writer, b"99\n")  # still unread: nobody read the FIFO
+    finally:
+        os.close(writer)
+    assert res.returncode == 0, res.stderr
+    series = parse(res.stdout)
+    assert [s.value for s in find(series, "hw_gpu_up")] == [1]
+    assert not find(series, "hw_gpu_utilization_ratio", hw_gpu_task="general")
+    assert not find(series, "hw_gpu_power_draw_watts")
+    assert not find(series, "hw_gpu_temperature_celsius", sensor="edge")
+    assert find(series, "hw_gpu_temperature_celsius", sensor="junction")
+    assert find(series, "hw_gpu_memory_usage_bytes")
+    # Read through bus/pci/devices/<address>: named by that path.
+    log = res.stderr.replace(str(tmp_path / "sys" / "bus" / "pci" / "devices"), "BUS")
+    assert "BUS/0000:0b:00.0/gpu_busy_percent: not read: is a FIFO, not a regular file" \
+        in log, log
+    assert f"BUS/0000:0b:00.0/hwmon/{hwmon.name}/power1_average: not read: is a " \
+        "character device, not a regular file" in log, log
+    assert f"BUS/0000:0b:00.0/hwmon/{hwmon.name}/temp1_input: not read: is larger than " \
+        "8192 bytes (1073741824)" in log, log
+    assert [s.value for s in find(series, "gpu_exporter_collector_success",
+                                  collector="amd")] == [0]
