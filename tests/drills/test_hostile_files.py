@@ -1,7 +1,7 @@
 """Files that would hang or bloat the exporter, put where the kernel's belong (a fake
-procfs/sysfs tree in a tmp folder): a FIFO, a sparse 1 GB file, a 200 MB mount table, a
-folder the exporter's user may not open. Each makes one feature or value unavailable
-with the reason; the exporter starts and answers."""
+procfs/sysfs tree in a tmp folder): a FIFO, a device, a sparse 1 GB file, a 200 MB mount
+table, a folder the exporter's user may not open. Each makes one feature or value
+unavailable with the reason; the exporter starts and answers, in bounded memory."""
 
 from __future__ import annotations
 
