@@ -343,3 +343,22 @@ def test_network_interfaces_are_a_feature_of_their_own(exp: Exporter) -> None:
     states = {s.labels["state"]: s.value for s in find(series, "gpu_exporter_feature_status")
               if s.labels["feature"] == "host.network"}
     assert states == {"enabled": 1, "unavailable": 0, "disabled": 0}, states
+
+
+def test_a_mount_point_that_is_not_utf8_is_read_and_labelled_with_a_replacement(
+        tmp_path: Path) -> None:
+    """Mount points are bytes: statvfs gets them exactly, the label must be text that
+    encodes (a lone surrogate would make every scrape fail)."""
+    import re
+
+    os.mkdir(os.fsencode(tmp_path) + b"/data\xff")
+    proc = tmp_path / "proc"
+    (proc / "self").mkdir(parents=True)
+    # getmntent's escape of a byte: \ooo
+    (proc / "self" / "mounts").write_text(f"/dev/sda1 {tmp_path}/data\\377 ext4 rw 0 0\n")
+    readings, errors = host.read_filesystems(
+        str(proc), re.compile(host.DEFAULT_FS_TYPES_EXCLUDE),
+        re.compile(host.DEFAULT_MOUNTPOINTS_EXCLUDE))
+    assert errors == []
+    assert [r.mountpoint for r in readings] == [f"{tmp_path}/data\ufffd"]
+    readings[0].mountpoint.encode("utf-8")
