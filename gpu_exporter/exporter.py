@@ -173,7 +173,7 @@ class GpuExporterCollector(PromCollector):
             # Started on the thread that will collect (as later retries are): what start()
             # opens with per-thread state (pyroute2's event loop, for one) is then used
             # on the thread that made it, instead of leaking a new loop every scrape.
-            job = worker.submit(collector.start)
+            job = worker.submit(partial(_start_collector, collector))
             job.done.wait()
             try:
                 availability = job.outcome()
@@ -363,7 +363,8 @@ class GpuExporterCollector(PromCollector):
         if now - slot.last_start < self.settings.retry_interval_seconds:
             return
         slot.last_start = now
-        slot.availability = slot.collector.start()  # a change is logged by _tell
+        # a change is logged by _tell
+        slot.availability = _start_collector(slot.collector)
 
     # -- rendering -------------------------------------------------------------------
     def merge(
@@ -429,6 +430,21 @@ class GpuExporterCollector(PromCollector):
 
 
 _FEATURE_STATES: tuple[FeatureState, ...] = ("enabled", "unavailable", "disabled")
+
+
+def _start_collector(collector: Collector) -> Availability:
+    """collector.start(), a file it may not read (a mode-000 sysfs folder, a procfs the
+    exporter's user cannot see) making it unavailable with that reason instead of
+    stopping the exporter; start() is tried again every retry interval."""
+    try:
+        return collector.start()
+    except OSError as exc:
+        where = f" {exc.filename}" if exc.filename else ""
+        return Availability.unavailable(
+            f"cannot read{where}: {exc.strerror or exc}",
+            "give the exporter's user read access to it, or run the exporter as a user "
+            "that has it" if isinstance(exc, PermissionError)
+            else "check the path flags (--path.sysfs, --path.procfs) and the file")
 
 
 def assign_device_labels(gpus: Sequence[GpuReading]) -> dict[str, dict[str, str]]:

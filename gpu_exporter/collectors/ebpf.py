@@ -22,6 +22,7 @@ from gpu_exporter.nvml import stack as nvml_stack
 from gpu_exporter.nvml.calls import NvmlUnavailable
 from gpu_exporter.nvml.lanes import Lanes
 from gpu_exporter.nvml.stack import StackBusy
+from gpu_exporter.readers import files
 from gpu_exporter.settings import Option, Settings
 
 log = logging.getLogger("gpu_exporter.collectors.ebpf")
@@ -34,10 +35,9 @@ CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF = 21, 38, 39
 
 def effective_capabilities(procfs: str = "/proc") -> int | None:
     try:
-        with open(f"{procfs}/self/status") as f:
-            for line in f:
-                if line.startswith("CapEff:"):
-                    return int(line.split()[1], 16)
+        for line in files.read_text(f"{procfs}/self/status", 64 * 1024).splitlines():
+            if line.startswith("CapEff:"):
+                return int(line.split()[1], 16)
     except (OSError, ValueError, IndexError):
         pass
     return None

@@ -60,6 +60,7 @@ class HostCollector(Collector):
                 f"point --path.procfs (now {procfs}) at a procfs: the host's /proc, in a "
                 "container mounted read-only (docker -v /proc:/host/proc:ro, Kubernetes a "
                 "hostPath volume)"))
+        unread = self._unread(procfs)
         try:
             self._netlink = host.NetlinkInterfaces()
             self._network_state = Availability.enabled()
@@ -69,7 +70,27 @@ class HostCollector(Collector):
                 f"netlink: {exc}", "allow AF_NETLINK sockets (systemd: "
                 "RestrictAddressFamilies= lists AF_NETLINK; a seccomp profile must not "
                 "refuse socket(AF_NETLINK))")
-        return Availability.enabled()
+        # A source that cannot be read leaves its values out every scrape (a collector
+        # failure, logged once): doctor names it from the start.
+        return Availability.enabled("; ".join(unread))
+
+    @staticmethod
+    def _unread(procfs: str) -> list[str]:
+        """What of the host's sources cannot be read, and why (a FIFO, a device, a file
+        over its cap where the kernel's should be: `readers.files`)."""
+        out = []
+        never = re.compile(r"(?!)")
+        reads: tuple[tuple[str, Callable[[], object]], ...] = (
+            ("memory", lambda: host.read_memory(procfs)),
+            ("disks", lambda: host.read_disks(never, procfs)),
+            ("filesystems", lambda: host.read_mount_paths(procfs)),
+        )
+        for part, read in reads:
+            try:
+                read()
+            except (OSError, ValueError) as exc:
+                out.append(f"{part} not read: {exc}")
+        return out
 
     def features(self) -> Sequence[Feature]:
         return [Feature("network", self._network_state)]

@@ -28,7 +28,7 @@ from gpu_exporter.collectors.base import (
 )
 from gpu_exporter.nvml import fields, nvlink, values
 from gpu_exporter.nvml import stack as nvml_stack
-from gpu_exporter.nvml.calls import FIX_UPDATE, NvmlGone, NvmlUnavailable
+from gpu_exporter.nvml.calls import FIX_CHECK, FIX_UPDATE, NvmlGone, NvmlUnavailable
 from gpu_exporter.nvml.devices import NvmlDevice
 from gpu_exporter.nvml.events import XidListener
 from gpu_exporter.nvml.gpm import GPM, MIN_WINDOW_SECONDS
@@ -115,6 +115,8 @@ class NvidiaCollector(Collector):
         deadline = sink.deadline - _RETURN_MARGIN_SECONDS
         readings: list[GpuReading] = []
         session: Session | None
+        view = None
+        started = time.monotonic()
         try:
             session = self._stack.session(deadline)
         except StackBusy as exc:
@@ -126,8 +128,13 @@ class NvidiaCollector(Collector):
         except NvmlUnavailable:
             session = None
         else:
+            # The discovery this scrape started (NVML started again after a driver
+            # reload, a GPU tried again) is waited for, so that its GPUs are read now;
+            # a GPU whose discovery hung before is not waited for again: it is down.
+            self._stack.settle(session, deadline, since=started)
+            view = self._stack.view(session)
             try:
-                readings = self._read(sink, session, deadline)
+                readings = self._read(sink, session, view[1], deadline)
             except NvmlGone as exc:
                 if self._stack.lost(session, exc):
                     log.info("NVML stopped answering: %s", exc)
@@ -135,7 +142,7 @@ class NvidiaCollector(Collector):
                     sink.fail("nvml:restarted", f"NVML was started again during the scrape: {exc}")
                 session = None
                 readings = []
-        missing = self._stack.missing(session)
+        missing = self._stack.missing(session, view if session is not None else None)
         if session is None and not missing and not readings:
             why = self._stack.unavailable or NvmlUnavailable("NVML is not available")
             raise CollectorUnavailable(why.reason, why.fix)
@@ -147,10 +154,11 @@ class NvidiaCollector(Collector):
         for reading in readings:
             sink.gpu(reading)
 
-    def _read(self, sink: Sink, session: Session, deadline: float) -> list[GpuReading]:
+    def _read(self, sink: Sink, session: Session, identified: dict[int, NvmlDevice],
+              deadline: float) -> list[GpuReading]:
         """Every identified GPU, in lanes; raises NvmlGone."""
         events = session.events
-        devices = sorted(session.devices.items())
+        devices = sorted(identified.items())
         _first_gpm_window(devices, deadline)
         run = self._lanes.start([
             (index, partial(values.read, dev, events.counts(dev.identity.key)))
@@ -179,12 +187,13 @@ class NvidiaCollector(Collector):
                     for fkey, message in result.failures:
                         sink.fail(fkey, message)
             readings.extend(down)
+        for uuid, indexes in sorted(session.shared_uuids.items()):
+            sink.fail(f"uuid:{uuid}", nvml_stack.shared_uuid_message(
+                uuid, indexes, session.devices) + f" ({FIX_CHECK})")
         stuck = events.stuck_seconds()
         if stuck > XidListener.STUCK_SECONDS:
             sink.fail("xid:stuck", f"the NVML event wait has not returned for {stuck:.0f} s: "
                                    "XID events are not counted meanwhile")
-        assert self._stack is not None
-        self._stack.settle(session, deadline)
         return readings
 
 

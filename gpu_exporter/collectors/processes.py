@@ -114,6 +114,8 @@ class ProcessesCollector(Collector):
         self._socket = self.settings.get(SOCKET_OPTION)
         self._device_labels = self.settings.get(DEVICE_LABELS_OPTION)
         self._kubelet = PodResourcesClient(self._socket)
+        # (when, why) the kubelet last let a List time out; None: it answers
+        self._kubelet_silent: tuple[float, str] | None = None
         self._cap = ProcessCap(self.settings.get(MAX_PER_GPU_OPTION))
         self._last_scrape = 0.0  # time.monotonic() of the previous collect()
         self._pod_log_dir = self.settings.get(POD_LOG_DIR_OPTION)
@@ -255,13 +257,29 @@ class ProcessesCollector(Collector):
 
     def _pods(self, sink: Sink) -> Mapping[str, tuple[ContainerRef, ...]] | None:
         problem = socket_problem(self._socket)
+        if problem is None and self._kubelet_silent is not None:
+            # It did not answer in time: not asked again (each ask would cost every scrape
+            # the whole wait) until the retry interval has passed.
+            since, message = self._kubelet_silent
+            if time.monotonic() - since < self.settings.retry_interval_seconds:
+                sink.fail("kubelet", message)
+                return None
         self._kubelet_state(problem)
         if problem is not None:
             # No socket (yet): nothing failed, pods are unknown; the state says why.
             return None
+        self._kubelet_silent = None
         try:
             pods = self._kubelet.list_gpus(min(_KUBELET_TIMEOUT, max(0.1, sink.time_left())))
         except PodResourcesError as exc:
+            if exc.code == "DEADLINE_EXCEEDED":
+                retry = self.settings.retry_interval_seconds
+                message = f"{exc}; asked again every --collector.retry-interval ({retry:g} s)"
+                self._kubelet_silent = (time.monotonic(), message)
+                sink.fail("kubelet", message)
+                self._features["kubelet"] = Availability.unavailable(
+                    message, "check the kubelet on this node (`systemctl status kubelet`)")
+                return None
             if exc.code == "UNIMPLEMENTED":  # an API the kubelet lacks: a state, no failure
                 self._features["kubelet"] = Availability.unavailable(
                     f"the kubelet at {self._socket} does not serve PodResources v1 List",

@@ -110,16 +110,38 @@ class SysfsGpuCollector(Collector):
         live = [t.gpu for t in tracked if t.lost_since is None]
         self.before_read(live, sink)
         now = time.monotonic()
+        readings = []
         for t in tracked:
             gpu = t.gpu
             if t.lost_since is not None or self._retry_at.get(gpu.pci_address, now) > now:
-                sink.gpu(GpuReading(identity=self._identity(gpu), up=False, state="failed"))
+                readings.append(
+                    GpuReading(identity=self._identity(gpu), up=False, state="failed"))
                 continue
             if sink.time_left() <= 0:
                 sink.fail("deadline", "scrape deadline reached before every GPU was read")
-                sink.gpu(GpuReading(identity=self._identity(gpu), up=False))
+                readings.append(GpuReading(identity=self._identity(gpu), up=False))
                 continue
-            sink.gpu(self._read(gpu, sink, now))
+            readings.append(self._read(gpu, sink, now))
+        for reading in self._distinct(readings, sink):
+            sink.gpu(reading)
+
+    def _distinct(self, readings: list[GpuReading], sink: Sink) -> list[GpuReading]:
+        """Cards that report the same id (`unique_id`: a board fault, or boards that
+        were never given one properly) are told apart: each is reported with
+        hw_id=<id>@<PCI address>, so that neither hides the other's series; a failure
+        names them every scrape."""
+        by_id: dict[str, list[str]] = {}
+        for r in readings:
+            if r.identity.hw_id is not None and r.identity.pci_address is not None:
+                by_id.setdefault(r.identity.hw_id, []).append(r.identity.pci_address)
+        shared = {hw_id: pcis for hw_id, pcis in by_id.items() if len(pcis) > 1}
+        for hw_id, pcis in sorted(shared.items()):
+            sink.fail(f"hw_id:{hw_id}", (
+                f"{self.vendor_name} GPUs {', '.join(sorted(pcis))} report the same id "
+                f"{hw_id}: each is reported as hw_id=<id>@<PCI address>"))
+        return [replace(r, identity=replace(
+                    r.identity, hw_id=f"{r.identity.hw_id}@{r.identity.pci_address}"))
+                if r.identity.hw_id in shared else r for r in readings]
 
     def _read(self, gpu: PciGpu, sink: Sink, now: float) -> GpuReading:
         address = gpu.pci_address

@@ -29,6 +29,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final
 
+from gpu_exporter.readers import files
+
 UPROBE_MULTI: Final = "uprobe_multi"
 PERF_EVENT: Final = "perf_event"
 MECHANISMS: Final = (UPROBE_MULTI, PERF_EVENT)
@@ -119,10 +121,9 @@ _PERF_FLAG_FD_CLOEXEC: Final = 8
 def _uprobe_pmu() -> tuple[int, int]:
     """The uprobe PMU's perf type and the config bit that makes a probe a return probe."""
     root = "/sys/bus/event_source/devices/uprobe"
-    with open(f"{root}/type") as f:
-        pmu = int(f.read())
-    with open(f"{root}/format/retprobe") as f:  # "config:0"
-        bit = int(f.read().strip().split(":")[1])
+    pmu = int(files.read_text(f"{root}/type", 4096))
+    # "config:0"
+    bit = int(files.read_text(f"{root}/format/retprobe", 4096).strip().split(":")[1])
     return pmu, bit
 
 

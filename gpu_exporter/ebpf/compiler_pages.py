@@ -18,10 +18,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final
 
+from gpu_exporter.readers import files
+
 log = logging.getLogger("gpu_exporter.ebpf")
 
 COMPILER_LIBRARIES: Final = ("libLLVM", "libclang")
 _MADV_DONTNEED: Final = 4
+_SMAPS_MAX_BYTES: Final = 64 * 1024 * 1024  # ~1 KiB a mapping of the exporter itself
 
 
 @dataclass(frozen=True)
@@ -45,16 +48,15 @@ def mappings(smaps: str = "/proc/self/smaps") -> Iterator[Mapping]:
         return Mapping(int(lo, 16), int(hi, 16), head[1], head[5] if len(head) > 5 else "",
                        fields.get("Rss", 0), fields.get("Anonymous", 0))
 
-    with open(smaps) as f:
-        for line in f:
-            parts = line.split()
-            if parts and "-" in parts[0] and not parts[0].endswith(":"):
-                m = done()
-                if m is not None:
-                    yield m
-                head, fields = parts, {}
-            elif len(parts) >= 2 and parts[0].endswith(":") and parts[1].isdigit():
-                fields[parts[0][:-1]] = int(parts[1])
+    for line in files.read_text(smaps, _SMAPS_MAX_BYTES).splitlines():
+        parts = line.split()
+        if parts and "-" in parts[0] and not parts[0].endswith(":"):
+            m = done()
+            if m is not None:
+                yield m
+            head, fields = parts, {}
+        elif len(parts) >= 2 and parts[0].endswith(":") and parts[1].isdigit():
+            fields[parts[0][:-1]] = int(parts[1])
     m = done()
     if m is not None:
         yield m

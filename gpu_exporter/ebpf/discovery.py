@@ -15,6 +15,10 @@ from dataclasses import dataclass
 
 from gpu_exporter.ebpf.abi import MARKER_SYMBOLS
 from gpu_exporter.ebpf.elf import ElfError, ElfFile
+from gpu_exporter.readers import files
+
+# ~100 bytes a mapping: 160,000 mappings, far past any CUDA process's (a few thousand).
+MAPS_MAX_BYTES = 16 * 1024 * 1024
 
 FileId = tuple[str, int]  # (device "maj:min" as in maps, inode)
 
@@ -48,8 +52,7 @@ def parse_maps(text: str) -> list[Mapping]:
 
 def read_maps(procfs: str, pid: int) -> list[Mapping]:
     try:
-        with open(f"{procfs}/{pid}/maps") as f:
-            return parse_maps(f.read())
+        return parse_maps(files.read_text(f"{procfs}/{pid}/maps", MAPS_MAX_BYTES))
     except OSError:
         return []
 

@@ -12,11 +12,14 @@ the symbol tables.
 from __future__ import annotations
 
 import mmap
+import os
 import struct
 from array import array
 from bisect import bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+from gpu_exporter.readers import files
 
 _EHDR = struct.Struct("<16sHHIQQQIHHHHHH")
 _SHDR = struct.Struct("<IIQQQQIIQQ")
@@ -61,8 +64,13 @@ def open_file(path: str) -> mmap.mmap:
     """The file, mapped read-only. The mapping keeps the file readable after the
     path that opened it (a /proc/<pid>/map_files link) is gone."""
     try:
-        with open(path, "rb") as f:
-            return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        # A regular file only, opened without waiting: the path is a process's (its
+        # /proc/<pid>/map_files link, its root), and what a process names is not trusted.
+        fd = files.open_regular(path)
+        try:
+            return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+        finally:
+            os.close(fd)
     except (OSError, ValueError) as exc:
         raise ElfError(f"{path}: {exc}") from exc
 

@@ -42,6 +42,7 @@ from gpu_exporter.ebpf.reading import (
     order,
 )
 from gpu_exporter.ebpf.resolve import Resolver
+from gpu_exporter.readers import files
 
 log = logging.getLogger("gpu_exporter.ebpf")
 
@@ -101,8 +102,8 @@ def tracepoint_offsets() -> tuple[dict[str, int], str | None]:
         return offsets, "tracefs is not mounted (mount -t tracefs nodev /sys/kernel/tracing)"
     for category, event, _, fields in TRACEPOINTS:
         try:
-            with open(f"{root}/events/{category}/{event}/format") as f:
-                found = {m.group(1): int(m.group(2)) for m in _FIELD.finditer(f.read())}
+            text = files.read_text(f"{root}/events/{category}/{event}/format", 64 * 1024)
+            found = {m.group(1): int(m.group(2)) for m in _FIELD.finditer(text)}
         except OSError as exc:
             return offsets, f"tracepoint {category}:{event} not readable: {exc}"
         for name, define in fields.items():

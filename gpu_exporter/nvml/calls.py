@@ -49,6 +49,15 @@ FIX_UPDATE = "update the NVIDIA driver (its libnvidia-ml.so.1 lacks this functio
 FIX_CHECK = "check nvidia-smi and the kernel log (dmesg | grep -i nvrm) on the host"
 
 
+def text(fn: Callable[..., Any], *args: Any) -> str:
+    """A string NVML hands out (a name, a UUID, a version), an invalid UTF-8 byte
+    replaced: pynvml decodes strictly, and a GPU whose name has a byte that is not UTF-8
+    would otherwise be unreadable as a whole. pynvml's string functions are wrapped by
+    `convertStrBytes` (functools.wraps): the function it wraps returns the bytes."""
+    raw = getattr(fn, "__wrapped__", fn)(*args)
+    return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+
+
 class NvmlUnavailable(Exception):
     """NVML cannot be used now: `reason` says why and `fix` what to do about it."""
 

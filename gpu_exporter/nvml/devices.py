@@ -23,6 +23,7 @@ from gpu_exporter.nvml.calls import (
     DeviceLost,
     NvmlGone,
     Versions,
+    text,
 )
 from gpu_exporter.nvml.events import XidListener
 from gpu_exporter.nvml.fields import FieldPlan
@@ -65,6 +66,9 @@ class NvmlDevice:
     pci_functions: tuple[Path, ...] = ()
     # SM/tensor/DRAM activity of the GPU and its MIG GPU instances; None with GPM off.
     gpm: GpmDevice | None = field(default=None, compare=False, repr=False)
+    # The UUID as NVML gives it: the hw_id, unless another GPU gives the same one
+    # (`stack.distinct`).
+    uuid: str = ""
 
 
 class IdentityUnreadable(Exception):
@@ -103,15 +107,16 @@ def _discover(index: int, version: str | None, events: XidListener | None,
               seen: MutableMapping[int, str], settings: Settings) -> NvmlDevice:
     handle = pynvml.nvmlDeviceGetHandleByIndex(index)
     pci = pynvml.nvmlDeviceGetPciInfo(handle)
-    bus_id = pci.busId.decode() if isinstance(pci.busId, bytes) else str(pci.busId)
+    raw = pci.busId
+    bus_id = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
     address = normalize_pci_address(bus_id)
     if address is not None:
         seen[index] = address
-    uuid = str(pynvml.nvmlDeviceGetUUID(handle))
-    name = str(pynvml.nvmlDeviceGetName(handle))
-    serial = _optional(pynvml.nvmlDeviceGetSerial, handle)
-    vbios = _optional(pynvml.nvmlDeviceGetVbiosVersion, handle)
-    part = _optional(pynvml.nvmlDeviceGetBoardPartNumber, handle)
+    uuid = text(pynvml.nvmlDeviceGetUUID, handle)
+    name = text(pynvml.nvmlDeviceGetName, handle)
+    serial = _optional(text, pynvml.nvmlDeviceGetSerial, handle)
+    vbios = _optional(text, pynvml.nvmlDeviceGetVbiosVersion, handle)
+    part = _optional(text, pynvml.nvmlDeviceGetBoardPartNumber, handle)
     num_fans = _optional(pynvml.nvmlDeviceGetNumFans, handle) or 0
     identity = GpuIdentity(
         hw_id=uuid, name=name, vendor="nvidia", pci_address=address,
@@ -147,7 +152,7 @@ def _discover(index: int, version: str | None, events: XidListener | None,
                                    plan.absent.get(nvlink.LINK_COUNT), per_link),
         pcie_max=pcie.maxima(handle),
         pci_functions=pcie.card_functions(settings.sysfs, address),
-        gpm=activity,
+        gpm=activity, uuid=uuid,
     )
 
 
@@ -229,13 +234,13 @@ def _migs(handle: Any, parent: GpuIdentity) -> tuple[NvmlDevice, ...]:
             if exc.value in (pynvml.NVML_ERROR_NOT_FOUND, pynvml.NVML_ERROR_INVALID_ARGUMENT):
                 continue  # an empty slot
             raise
-        name = str(pynvml.nvmlDeviceGetName(mig))
+        name = text(pynvml.nvmlDeviceGetName, mig)
         # Drivers name MIG devices "<parent name> MIG <profile>".
         _, sep, profile = name.rpartition(" MIG ")
         gi = instance_id(_optional(pynvml.nvmlDeviceGetGpuInstanceId, mig))
         ci = instance_id(_optional(pynvml.nvmlDeviceGetComputeInstanceId, mig))
         identity = GpuIdentity(
-            hw_id=str(pynvml.nvmlDeviceGetUUID(mig)), name=parent.name, vendor="nvidia",
+            hw_id=text(pynvml.nvmlDeviceGetUUID, mig), name=parent.name, vendor="nvidia",
             pci_address=parent.pci_address,
             order_key=(*parent.order_key, slot, gi if gi is not None else -1,
                        ci if ci is not None else -1),

@@ -62,7 +62,7 @@ class DriverGpus:
 def read_driver_gpus(procfs: str, devfs: str, sysfs: str) -> DriverGpus | None:
     """None when the driver is not loaded (no <procfs>/driver/nvidia)."""
     root = Path(procfs, "driver", "nvidia")
-    if not root.is_dir():
+    if not os.path.isdir(root):
         return None
     version_text = read_text(root / "version") or ""
     version = _NVRM_VERSION.search(version_text)

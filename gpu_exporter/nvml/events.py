@@ -89,6 +89,14 @@ class XidListener:
             self._by_handle[_address(handle)] = key
         return Availability.enabled()
 
+    def rename(self, handle: Any, key: str) -> None:
+        """A GPU listened to is known by another key from now on (it shares its UUID with
+        another GPU: `stack.distinct`); its events are counted under that key."""
+        with self._lock:
+            if _address(handle) in self._by_handle:
+                self._by_handle[_address(handle)] = key
+                self._counts[key] = {}
+
     def counts(self, key: str) -> dict[int, int] | None:
         """Events counted on a device by code; None when it is not listened to."""
         with self._lock:

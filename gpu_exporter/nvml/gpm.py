@@ -327,6 +327,15 @@ class GpmDevice:
             self._targets.append(
                 _Target(device, labelled, Sampler(handle, gi), f"GPU instance {gi}"))
 
+    def rename(self, key: str) -> None:
+        """The GPU is known by another key from now on (it shares its UUID with another
+        GPU: `stack.distinct`)."""
+        with self._lock:
+            for target in self._targets:
+                if target.device == self.key:
+                    target.device = key
+            self.key = key
+
     @property
     def availability(self) -> Availability:
         if self._support.state != "enabled":

@@ -35,6 +35,7 @@ from gpu_exporter.nvml.calls import (
     NvmlGone,
     NvmlUnavailable,
     init_failure,
+    text,
 )
 from gpu_exporter.nvml.devices import IdentityUnreadable, NvmlDevice, discover
 from gpu_exporter.nvml.driver import DriverGpu, DriverGpus, read_driver_gpus
@@ -78,12 +79,17 @@ class Session:
     pending: dict[int, IdentityUnreadable | None] = field(default_factory=dict)
     seen_pci: dict[int, str] = field(default_factory=dict)  # index -> PCI address read
     gone: bool = False
+    # UUIDs that more than one GPU reports -> their NVML indexes (see `distinct`)
+    shared_uuids: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
     def summary(self) -> str:
         migs = sum(len(d.migs) for d in self.devices.values())
+        shared = "; ".join(shared_uuid_message(u, i, self.devices)
+                           for u, i in sorted(self.shared_uuids.items()))
         return (f"{len(self.devices)} GPU(s)" + (f", {migs} MIG device(s)" if migs else "")
                 + (f", {len(self.pending)} not identified yet" if self.pending else "")
-                + (f", driver {self.version}" if self.version else ""))
+                + (f", driver {self.version}" if self.version else "")
+                + (f"; {shared}" if shared else ""))
 
 
 @dataclass(frozen=True)
@@ -108,6 +114,7 @@ class NvmlStack:
         self._last_check = -float("inf")
         self._generation = 0
         self._jobs: dict[int, Job[NvmlDevice]] = {}  # discovery, by NVML index
+        self._submitted: dict[int, float] = {}  # when each of those jobs was submitted
         # Kept across sessions: a worker stuck in a hung call stays busy (and its GPU
         # unidentified) instead of a second thread being started beside it.
         self._workers: dict[int, Worker] = {}
@@ -161,7 +168,7 @@ class NvmlStack:
         self._read_bus(nvml_up=True)
         try:
             count = int(pynvml.nvmlDeviceGetCount())
-            version = _text(pynvml.nvmlSystemGetDriverVersion())
+            version = text(pynvml.nvmlSystemGetDriverVersion)
             events = XidListener()
             events.start()
         except pynvml.NVMLError as exc:
@@ -264,6 +271,7 @@ class NvmlStack:
                 self._jobs[index] = worker.submit(partial(
                     discover, index, session.version, session.events, session.seen_pci,
                     self._settings))
+                self._submitted[index] = time.monotonic()
 
     def _harvest(self, session: Session) -> None:
         """Moves finished discovery into `session` (caller holds the lock). The maps are
@@ -287,24 +295,40 @@ class NvmlStack:
                 continue
             devices[index] = dev
             pending.pop(index, None)
+        devices, session.shared_uuids = distinct(devices, session.events)
+        for dev in devices.values():
             if dev.identity.pci_address is not None:
                 self._known[dev.identity.pci_address] = dev.identity
-        session.devices, session.pending = devices, pending
+        # devices first, then pending: a reader that takes pending, then devices (`view`)
+        # sees every GPU in one of them at least.
+        session.devices = devices
+        session.pending = pending
 
-    def settle(self, session: Session, deadline: float) -> None:
-        """Waits until `deadline` for the discovery under way."""
-        for job in list(self._jobs.values()):
-            job.wait(deadline - time.monotonic())
+    def settle(self, session: Session, deadline: float, since: float | None = None) -> None:
+        """Waits until `deadline` for the discovery under way (`since`: only for what was
+        submitted at or after it: a scrape waits for the discovery it started, NVML
+        started again or a GPU tried again, never again for one that hung before)."""
+        for index, job in list(self._jobs.items()):
+            if since is None or self._submitted.get(index, since) >= since:
+                job.wait(deadline - time.monotonic())
         with self._lock:
             if session is self.current:
                 self._harvest(session)
 
-    def missing(self, session: Session | None) -> list[Missing]:
+    def missing(self, session: Session | None,
+                view: tuple[dict[int, IdentityUnreadable | None], dict[int, NvmlDevice]]
+                | None = None) -> list[Missing]:
         """The GPUs this exporter is given that it cannot read: counted by NVML but not
         identified, or listed by the driver only. gpu_index: the NVML index when NVML
-        counts the GPU, else after the GPUs NVML counts, in PCI order."""
-        identified = self._identified(session)
-        pending = dict(session.pending) if session is not None else {}
+        counts the GPU, else after the GPUs NVML counts, in PCI order. `view`: the
+        session's (pending, devices) as the caller read its GPUs (`view()`), so that a GPU
+        identified since is reported in this scrape as what the caller saw."""
+        if session is not None and view is None:
+            view = self.view(session)
+        pending, devices = view if view is not None else ({}, {})
+        pending = {i: why for i, why in pending.items() if i not in devices}
+        identified = {d.identity.pci_address for d in devices.values()
+                      if d.identity.pci_address is not None}
         seen = dict(session.seen_pci) if session is not None else {}
         unmatched = [g for g in self._driver_gpus()
                      if g.pci_address not in identified and g.pci_address not in seen.values()]
@@ -345,6 +369,14 @@ class NvmlStack:
                                    f"NVIDIA GPU {b.pci_address} is on the PCI bus but not "
                                    f"exposed: {b.reason}"))
         return out
+
+    @staticmethod
+    def view(session: Session) -> tuple[dict[int, IdentityUnreadable | None],
+                                         dict[int, NvmlDevice]]:
+        """(pending, devices) of the session, read in that order: a GPU whose discovery
+        is harvested meanwhile is in devices (and is left out of pending by `missing`)."""
+        pending = session.pending
+        return pending, session.devices
 
     def _identity(self, session: Session | None, pci: str, order_key: tuple[int | str, ...],
                   g: DriverGpu | None) -> GpuIdentity:
@@ -444,13 +476,46 @@ class NvmlStack:
         self._workers.clear()
 
 
+def distinct(devices: dict[int, NvmlDevice], events: XidListener | None = None
+             ) -> tuple[dict[int, NvmlDevice], dict[str, tuple[int, ...]]]:
+    """GPUs that report the same UUID (a board or driver fault; a UUID is meant to be
+    unique) are told apart: each of them is known by `<UUID>@<PCI address>` (its NVML
+    index where it has no address) as its hw_id, so that neither hides the other's
+    series. Returns the devices and the shared UUIDs with the indexes reporting them."""
+    by_uuid: dict[str, list[int]] = {}
+    for index, dev in sorted(devices.items()):
+        if dev.uuid:
+            by_uuid.setdefault(dev.uuid, []).append(index)
+    shared = {u: tuple(ix) for u, ix in by_uuid.items() if len(ix) > 1}
+    out = dict(devices)
+    for uuid, indexes in shared.items():
+        for index in indexes:
+            dev = out[index]
+            if dev.identity.hw_id != uuid:
+                continue  # told apart at an earlier harvest
+            hw_id = f"{uuid}@{dev.identity.pci_address or index}"
+            migs = tuple(dataclasses.replace(m, identity=dataclasses.replace(
+                m.identity, parent_hw_id=hw_id)) for m in dev.migs)
+            if events is not None:
+                events.rename(dev.handle, hw_id)
+            if dev.gpm is not None:
+                dev.gpm.rename(hw_id)
+            out[index] = dataclasses.replace(
+                dev, identity=dataclasses.replace(dev.identity, hw_id=hw_id), migs=migs)
+    return out, shared
+
+
+def shared_uuid_message(uuid: str, indexes: tuple[int, ...],
+                        devices: dict[int, NvmlDevice]) -> str:
+    gpus = ", ".join(f"{i} ({d.identity.pci_address or 'no PCI address'})"
+                     for i in indexes for d in (devices.get(i),) if d is not None)
+    return (f"GPUs {gpus} report the same UUID {uuid}: each is reported as "
+            f"hw_id=<UUID>@<PCI address>")
+
+
 def _shutdown() -> None:
     with contextlib.suppress(pynvml.NVMLError):  # already gone: nothing to release
         pynvml.nvmlShutdown()
-
-
-def _text(value: str | bytes) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 _stack_lock = threading.Lock()

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from gpu_exporter.readers import files
 from gpu_exporter.readers.sysfs import read_text, read_uevent
 from gpu_exporter.records import Vendor
 
@@ -36,6 +37,7 @@ _PCI_ADDRESS = re.compile(
     r"(?:([0-9a-fA-F]{4,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])"
 )
 PCI_IDS_PATHS = ("/usr/share/misc/pci.ids", "/usr/share/hwdata/pci.ids")
+PCI_IDS_MAX_BYTES = 32 * 1024 * 1024  # the database is ~1.4 MB
 
 
 def normalize_pci_address(text: str) -> str | None:
@@ -118,7 +120,7 @@ def _drm_cards(root: Path) -> dict[str, tuple[str, Path]]:
 
 
 def _card_address(device: Path) -> str | None:
-    if device.is_symlink():
+    if os.path.islink(device):
         try:
             address = normalize_pci_address(os.path.basename(os.path.realpath(device)))
         except OSError:
@@ -150,12 +152,12 @@ def _identify(
     if vendor is None or vendor not in wanted or (class_code >> 16) not in GPU_CLASSES:
         return None
     driver = uevent.get("DRIVER")
-    if driver is None and (device / "driver").is_symlink():
+    if driver is None and os.path.islink(device / "driver"):
         driver = os.path.basename(os.path.realpath(device / "driver"))
     card_device = card[1] / "device" if card is not None else None
     # Read through the card's device folder when it is a plain folder (it then holds the
     # files); otherwise the PCI device folder is the same place.
-    path = card_device if card_device is not None and not card_device.is_symlink() else device
+    path = card_device if card_device is not None and not os.path.islink(card_device) else device
     return PciGpu(
         pci_address=address, vendor=vendor, vendor_id=vendor_id, device_id=device_id,
         class_code=class_code, driver=driver or None, device_path=path,
@@ -188,23 +190,23 @@ def _pci_ids(paths: tuple[str, ...]) -> dict[tuple[int, int], str]:
     out: dict[tuple[int, int], str] = {}
     for path in paths:
         try:
-            with open(path, encoding="utf-8", errors="replace") as f:
-                vendor: int | None = None
-                for line in f:
-                    if not line.strip() or line.startswith("#"):
-                        continue
-                    if line.startswith("C "):
-                        break  # device classes follow the vendors
-                    if not line.startswith("\t"):
-                        v = _hex(line[:4])
-                        vendor = v if v in wanted else None
-                    elif vendor is not None and not line.startswith("\t\t"):
-                        dev, _, name = line.strip().partition(" ")
-                        d = _hex(dev)
-                        if d is not None:
-                            out[(vendor, d)] = name.strip()
+            text = files.read_text(path, PCI_IDS_MAX_BYTES)
         except OSError:
             continue
+        vendor: int | None = None
+        for line in text.splitlines():
+            if not line.strip() or line.startswith("#"):
+                continue
+            if line.startswith("C "):
+                break  # device classes follow the vendors
+            if not line.startswith("\t"):
+                v = _hex(line[:4])
+                vendor = v if v in wanted else None
+            elif vendor is not None and not line.startswith("\t\t"):
+                dev, _, name = line.strip().partition(" ")
+                d = _hex(dev)
+                if d is not None:
+                    out[(vendor, d)] = name.strip()
         return out
     return out
 

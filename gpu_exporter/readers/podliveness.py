@@ -79,7 +79,7 @@ def kubepods_root(sysfs: str) -> Path | None:
     for sub in _CGROUP_ROOTS:
         for name in _KUBEPODS:
             path = base / sub / name if sub else base / name
-            if path.is_dir():
+            if os.path.isdir(path):
                 return path
     return None
 

@@ -1,12 +1,13 @@
 """Safe small reads of sysfs and procfs files, and listings of their (numbered) entries.
 
 One open and one read per file (a sysfs attribute, a /proc seq file hands out its whole
-value in the first read), NUL padding and surrounding white space stripped. A file that
-is missing, is not a regular file (a directory fails the read; a FIFO is opened
-non-blocking, so it never blocks), or cannot be read (permission, EIO/ENODEV from a card
-that is going away, EOPNOTSUPP) is *absent*: None. Text that is present but does not
-parse is absent too, and is recorded in `Problems` so that the collector reports it
-(logged once, collector_success 0).
+value in the first read) through `readers.files` (regular files only, never waiting, at
+most a cap), NUL padding and surrounding white space stripped. A file that is missing,
+is not a regular file (a FIFO, a device, a folder: never read, logged once with the
+reason, a problem where the caller collects them), or cannot be read (permission,
+EIO/ENODEV from a card that is going away, EOPNOTSUPP) is *absent*: None. Text that is
+present but does not parse is absent too, and is recorded in `Problems` so that the
+collector reports it (logged once, collector_success 0).
 
 Paths may be `str` (what the readers keep for the files they read every scrape: joining
 strings costs a fraction of building Path objects) or Path.
@@ -14,6 +15,7 @@ strings costs a fraction of building Path objects) or Path.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import time
@@ -22,13 +24,15 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Generic, TypeVar
 
+from gpu_exporter.logs import log_once
+from gpu_exporter.readers import files
 from gpu_exporter.records import GpuReading
 
 # sysfs attributes are at most one page; gpu_metrics blobs are a few hundred bytes.
 MAX_READ_BYTES = 8192
 
 _DIGITS = {10: re.compile(r"[0-9]+"), 16: re.compile(r"(?:0[xX])?[0-9a-fA-F]+")}
-_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
+log = logging.getLogger("gpu_exporter.readers")
 L = TypeVar("L")
 _VALUE_FIELDS = tuple(f.name for f in fields(GpuReading)
                       if f.name not in ("identity", "up", "state"))
@@ -53,27 +57,29 @@ class Problems:
         self.items.append((str(path), f"{path}: {message}"))
 
 
-def read_bytes(path: Path | str, limit: int = MAX_READ_BYTES) -> bytes | None:
-    """The raw content of a file (one read), or None when absent/unreadable. Opened
-    non-blocking: a FIFO reads as empty instead of waiting for a writer, a directory
-    fails the read."""
+def read_bytes(path: Path | str, limit: int = MAX_READ_BYTES,
+               problems: Problems | None = None) -> bytes | None:
+    """The raw content of a file (one read, at most `limit` bytes: `readers.files.head`),
+    or None when absent/unreadable/refused (a FIFO, a device, a folder, a file whose size
+    is over `limit` is never read: it is added to `problems` when given, else logged
+    once)."""
     try:
-        fd = os.open(path, _READ_FLAGS)
+        return files.head(path, limit, stat_first=False, whole=True)
+    except files.Refused as exc:
+        if problems is not None:  # the collector reports it (a failure, logged once)
+            problems.add(path, f"not read: {exc.strerror}")
+        else:
+            log_once(log, f"refused:{path}", logging.WARNING, "not read: %s", exc)
+        return None
     except OSError:
         return None
-    try:
-        return os.read(fd, limit)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
 
 
-def read_value(path: Path | str) -> bytes | None:
+def read_value(path: Path | str, problems: Problems | None = None) -> bytes | None:
     """The value's bytes: up to the first NUL, ASCII white space stripped (what the
     kernel pads with; other control bytes are content, garbage to parse); None when
     absent, unreadable or empty."""
-    raw = read_bytes(path)
+    raw = read_bytes(path, problems=problems)
     if raw is None:
         return None
     return raw.split(b"\0", 1)[0].strip() or None
@@ -89,7 +95,7 @@ def read_int(path: Path | str, problems: Problems, *, base: int = 10,
              maximum: int = 1 << 64) -> int | None:
     """A non-negative integer no greater than `maximum`; anything else present in the
     file is garbage: None plus a problem."""
-    value = read_value(path)
+    value = read_value(path, problems)
     if value is None:
         return None
     # bytes.isdigit() is ASCII digits only: the common case needs no regular expression.

@@ -98,8 +98,7 @@ def test_footprint_over_10000_scrapes(benchmark: Any, results: Results,
 # first (what `serve` loads on any host), then what only some hosts load on top.
 _IMPORT_STEPS = (
     ("python interpreter", ""),
-    ("prometheus_client, pynvml, click, psutil",
-     "import prometheus_client, pynvml, click, psutil"),
+    ("prometheus_client, pynvml, click", "import prometheus_client, pynvml, click"),
     ("pyroute2 (host network counters)", "import pyroute2"),
     ("the rest of gpu_exporter", "import gpu_exporter.cli"),
     ("only on a Kubernetes node: grpc + protobuf (kubelet PodResources client)",

@@ -7,7 +7,15 @@ import socket
 import pytest
 
 from gpu_exporter import __version__
-from tests.helpers import exporter, find, parse, promtool_check_metrics, run_cli, value
+from tests.helpers import (
+    exporter,
+    find,
+    free_port,
+    parse,
+    promtool_check_metrics,
+    run_cli,
+    value,
+)
 
 # No GPU here and none faked: the tests below are about the CLI, not the readers.
 NO_DEVICES = {"LD_LIBRARY_PATH": "/nonexistent", "GPU_EXPORTER_PATH_SYSFS": "/nonexistent"}
@@ -47,6 +55,23 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], env: dict[str, str],
     lines = [line for line in res.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, res.stderr
     assert lines[0].startswith("gpu-exporter: ") and message in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("command", ["serve", "check", "dump", "doctor"])
+@pytest.mark.parametrize(("variable", "value"), [
+    ("OTEL_SERVICE_NAME", "gpu\udcfffleet"),  # the byte 0xff, as os.environ holds it
+    ("OTEL_RESOURCE_ATTRIBUTES", "team=ml\udcfe"),
+])
+def test_environment_that_is_not_utf8_is_refused_at_start(command: str, variable: str,
+                                                          value: str) -> None:
+    """Served, every /metrics was an empty reply (the label could not be encoded) while
+    /healthz said 200 and `check` exited 0."""
+    res = run_cli([command, f"--web.listen-address=127.0.0.1:{free_port()}"],
+                  {**NO_DEVICES, variable: value}, timeout=20)
+    assert res.returncode == 2, (res.returncode, res.stderr)
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, res.stderr
+    assert lines[0].startswith(f"gpu-exporter: {variable} is not UTF-8 text (byte 0xf"), lines
 
 
 def _refused(args: list[str], env: dict[str, str] | None = None) -> str:

@@ -319,3 +319,40 @@ def test_a_gpu_without_identity_is_keyed_by_its_pci_address_and_has_no_hw_id() -
     assert "hw_id" not in up["0000:02:00.0"].labels and "hw_name" not in up["0000:02:00.0"].labels
     assert up["0000:02:00.0"].labels["gpu_index"] == "1"
     assert up["0000:01:00.0"].labels["hw_id"] == "GPU-0"
+
+
+class Unreadable(Collector):
+    """A source whose start meets a file its user may not read, until it may."""
+
+    name = "unreadable"
+    help = "a folder of mode 000"
+    readable = False
+
+    def start(self) -> Availability:
+        if not Unreadable.readable:
+            raise PermissionError(13, "Permission denied", "/sys/class/drm/card0/device")
+        return Availability.enabled()
+
+    def collect(self, sink: Sink) -> None:
+        c.SYSTEM_MEMORY_UTILIZATION.emit(sink, 0.5, {})
+
+
+def test_a_permission_error_at_start_is_a_feature_state_retried_not_an_exit() -> None:
+    Unreadable.readable = False
+    Gpus.readings = [_gpu("GPU-a", "nvidia", (0,), "0000:1b:00.0")]
+    exp = _exporter(Gpus, Unreadable)  # start() did not raise
+    try:
+        series = parse(_scrape(exp))
+        assert value(series, "gpu_exporter_feature_status", feature="unreadable",
+                     state="unavailable") == 1
+        assert value(series, "hw_gpu_up", hw_id="GPU-a") == 1
+        report = doctor_report(exp.availability())
+        assert ("cannot read /sys/class/drm/card0/device: Permission denied" in report
+                and "fix: give the exporter's user read access" in report), report
+        Unreadable.readable = True  # tried again every retry interval (10 ms here)
+        deadline = time.monotonic() + 10
+        while not find(series := parse(_scrape(exp)), "system_memory_utilization_ratio"):
+            assert time.monotonic() < deadline, "not started again"
+        assert value(series, "system_memory_utilization_ratio") == 0.5
+    finally:
+        exp.close()

@@ -71,3 +71,22 @@ def test_every_label_of_the_catalogue_is_skipped() -> None:
     raw = ",".join(f"{n}=x" for n in sorted(names))
     assert resource_labels({"OTEL_RESOURCE_ATTRIBUTES": raw}, hostname="h") == {
         "host_name": "h"}
+
+
+@pytest.mark.parametrize("variable", ["OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES"])
+def test_a_variable_that_is_not_utf8_is_refused(variable: str) -> None:
+    # The byte 0xff as Python hands it over from the environment (PEP 383).
+    value = "gpu\udcfffleet" if variable == "OTEL_SERVICE_NAME" else "team=ml\udcff"
+    with pytest.raises(ConfigError, match=f"^{variable} is not UTF-8 text "
+                       r"\(byte 0xff at position \d+\)"):
+        resource_labels({variable: value}, hostname="node-7")
+
+
+def test_percent_encoded_bytes_that_are_not_utf8_are_replaced() -> None:
+    labels = resource_labels({"OTEL_RESOURCE_ATTRIBUTES": "team=ml%FF"}, hostname="n")
+    assert labels["team"] == "ml\ufffd"
+    labels["team"].encode("utf-8")
+
+
+def test_a_host_name_that_is_not_utf8_is_replaced() -> None:
+    assert resource_labels({}, hostname="node\udcff7")["host_name"] == "node\ufffd7"

@@ -260,11 +260,25 @@ static nvmlReturn_t device(nvmlDevice_t h, const char *fn, const section_t **out
 #define DEVICE(fn) \
     const section_t *s; nvmlReturn_t r_ = device(dev, fn, &s); if (r_) return r_;
 
+/* A string value as the driver would hand it out: `\xNN` in the scenario is the byte NN,
+ * so that a scenario can give bytes that are not UTF-8 (a corrupt or foreign name). */
 static nvmlReturn_t copy_str(const char *v, char *buf, unsigned int len) {
+    char out[512];
+    size_t n = 0;
     if (!v) return NVML_ERROR_NOT_SUPPORTED;
     if (!buf) return NVML_ERROR_INVALID_ARGUMENT;
-    if (strlen(v) + 1 > len) return NVML_ERROR_INSUFFICIENT_SIZE;
-    memcpy(buf, v, strlen(v) + 1);
+    for (const char *p = v; *p && n + 1 < sizeof out; n++) {
+        unsigned int byte;
+        if (p[0] == '\\' && p[1] == 'x' && sscanf(p + 2, "%2x", &byte) == 1 && byte) {
+            out[n] = (char)byte;
+            p += 4;
+        } else {
+            out[n] = *p++;
+        }
+    }
+    out[n] = 0;
+    if (n + 1 > len) return NVML_ERROR_INSUFFICIENT_SIZE;
+    memcpy(buf, out, n + 1);
     return NVML_SUCCESS;
 }
 

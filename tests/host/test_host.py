@@ -290,12 +290,9 @@ def test_filesystem_type_exclusion_is_configurable() -> None:
     assert not find(series, "system_filesystem_usage_bytes", system_filesystem_type=root_type)
 
 
-def test_memory_and_cpu_come_from_the_given_procfs_and_psutil_is_left_alone(
-        tmp_path: Path) -> None:
-    """A container mounts the host's /proc elsewhere: --path.procfs reaches psutil's
-    reads, and psutil itself still reads /proc for anyone else afterwards."""
-    import psutil
-
+def test_memory_and_cpu_come_from_the_given_procfs(tmp_path: Path) -> None:
+    """A container mounts the host's /proc elsewhere: --path.procfs reaches every read,
+    and the default still reads the kernel's own /proc."""
     fake = tmp_path / "proc"
     fake.mkdir()
     (fake / "meminfo").write_text(
@@ -313,8 +310,7 @@ def test_memory_and_cpu_come_from_the_given_procfs_and_psutil_is_left_alone(
     ticks = os.sysconf("SC_CLK_TCK")
     assert cpu.total_seconds == pytest.approx(1000 / ticks)
     assert cpu.busy_seconds == pytest.approx(150 / ticks)
-    assert psutil.PROCFS_PATH == "/proc"
-    assert host.read_memory().total_bytes == psutil.virtual_memory().total
+    assert host.read_memory().total_bytes == _meminfo()["MemTotal"]
 
 
 @pytest.mark.parametrize("where", ["missing", "not a procfs"])
@@ -347,3 +343,22 @@ def test_network_interfaces_are_a_feature_of_their_own(exp: Exporter) -> None:
     states = {s.labels["state"]: s.value for s in find(series, "gpu_exporter_feature_status")
               if s.labels["feature"] == "host.network"}
     assert states == {"enabled": 1, "unavailable": 0, "disabled": 0}, states
+
+
+def test_a_mount_point_that_is_not_utf8_is_read_and_labelled_with_a_replacement(
+        tmp_path: Path) -> None:
+    """Mount points are bytes: statvfs gets them exactly, the label must be text that
+    encodes (a lone surrogate would make every scrape fail)."""
+    import re
+
+    os.mkdir(os.fsencode(tmp_path) + b"/data\xff")
+    proc = tmp_path / "proc"
+    (proc / "self").mkdir(parents=True)
+    # getmntent's escape of a byte: \ooo
+    (proc / "self" / "mounts").write_text(f"/dev/sda1 {tmp_path}/data\\377 ext4 rw 0 0\n")
+    readings, errors = host.read_filesystems(
+        str(proc), re.compile(host.DEFAULT_FS_TYPES_EXCLUDE),
+        re.compile(host.DEFAULT_MOUNTPOINTS_EXCLUDE))
+    assert errors == []
+    assert [r.mountpoint for r in readings] == [f"{tmp_path}/data\ufffd"]
+    readings[0].mountpoint.encode("utf-8")

@@ -22,7 +22,7 @@ from tests.helpers import (
     world_readable_dir,
 )
 from tests.sysfs.conftest import dump, gpu_series, only_sysfs_collectors
-from tests.sysfs.tree import FakeSysfs
+from tests.sysfs.tree import FakeSysfs, raw_text
 
 A = "0000:0c:00.0"  # rx6900xt
 B = "0000:0b:00.0"  # vega56
@@ -229,3 +229,18 @@ def test_no_cards_is_unavailable_not_failed(sysfs: FakeSysfs, procfs: Path) -> N
     # Unavailable is told by its feature state; it claims no success (and no failure).
     assert not find(s, "gpu_exporter_collector_success", collector="amd")
     assert not find(s, "hw_gpu_up")
+
+
+def test_two_cards_with_one_unique_id_are_both_visible_and_reported(
+        sysfs: FakeSysfs, procfs: Path) -> None:
+    """Two boards of one capture: the same unique_id on two PCI addresses."""
+    sysfs.add("rx6900xt", "0000:0b:00.0", 0)
+    sysfs.add("rx6900xt", "0000:0c:00.0", 1)
+    text, s = dump(sysfs.root, procfs)
+    promtool_check_metrics(text)  # no duplicate series
+    unique_id = raw_text("rx6900xt", "device/unique_id")
+    up = find(s, "hw_gpu_up")
+    assert sorted((x.labels["hw_id"], x.value) for x in up) == [
+        (f"{unique_id}@0000:0b:00.0", 1), (f"{unique_id}@0000:0c:00.0", 1)]
+    assert len(find(s, "hw_gpu_power_draw_watts")) == 2
+    assert success(s) == 0
