@@ -55,6 +55,8 @@ PATHS: Mapping[str, tuple[str, ...]] = {
     "tests/bench/test_ebpf_": ("bcc", "root"),
     # a veth pair in a network namespace
     "tests/host/": ("root",),
+    # Debian's bcc (python3-bpfcc) linked into a venv
+    "tests/deploy/test_venv.py": ("bcc",),
 }
 
 # The suite's own helpers that need something, by "module.qualname".
