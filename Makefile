@@ -4,12 +4,13 @@ PY     := $(VENV)/bin/python
 BIN    := $(VENV)/bin
 # The oldest nvidia-ml-py of the pinned range, beside the venv, for the GPM binding test.
 BINDINGS_LOW := $(shell sed -n 's/.*"nvidia-ml-py>=\([0-9.]*\),.*/\1/p' pyproject.toml)
-# Debian's python3 so that bcc (python3-bpfcc, not on PyPI) is importable in the venv.
+# Debian's python3: bcc (python3-bpfcc, not on PyPI) is built for it. The venv is plain
+# (no --system-site-packages): scripts/link-bcc.sh links just bcc into it.
 SYSPY  := /usr/bin/python3
 ARGS   ?=
 PYTEST_ARGS ?=
 
-.PHONY: podresources-stubs run test bench lint typecheck docs docs-check system-deps system-deps-run venv clean demo
+.PHONY: podresources-stubs run check test bench lint typecheck docs docs-check system-deps system-deps-run venv clean demo
 
 system-deps:
 	bash scripts/install-system-deps.sh scripts/apt-packages.txt
@@ -21,14 +22,16 @@ system-deps-run:
 
 # What the exporter needs to run, and no more (`make run`).
 $(VENV)/.installed-run: pyproject.toml
-	@$(SYSPY) -m venv --system-site-packages $(VENV) >&2
+	@$(SYSPY) -m venv $(VENV) >&2
+	@bash scripts/link-bcc.sh $(VENV) >&2
 	@$(PY) -m pip install --quiet --upgrade pip >&2
 	@$(PY) -m pip install --quiet -e . >&2
 	@touch $@
 
 # And what the tests, linters and benchmarks need (`make test`, `make bench`, ...).
 $(VENV)/.installed: pyproject.toml
-	$(SYSPY) -m venv --system-site-packages $(VENV)
+	$(SYSPY) -m venv $(VENV)
+	bash scripts/link-bcc.sh $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
 	$(PY) -m pip install --quiet --no-deps --upgrade \
@@ -54,6 +57,14 @@ docs: venv
 podresources-stubs: venv
 	$(PY) -m grpc_tools.protoc -I. --python_out=. gpu_exporter/podresources/api.proto
 
+# The fast lane, for contributors: lint, types and the tests that need no root, bcc,
+# server, apt tool or exporter process (their markers are put on by tests/lanes.py, and a
+# test of this lane that starts such a program fails). No installs beyond the venv.
+check: venv
+	$(BIN)/ruff check gpu_exporter tests dashboards scripts
+	$(BIN)/mypy
+	$(BIN)/pytest --lane=fast --ignore=tests/bench --timeout=60 $(PYTEST_ARGS)
+
 test: system-deps venv
 	bash scripts/setup-test-host.sh
 	$(BIN)/ruff check gpu_exporter tests dashboards scripts
@@ -64,7 +75,7 @@ test: system-deps venv
 bench: system-deps venv
 	bash scripts/setup-test-host.sh
 	mkdir -p build/bench
-	$(BIN)/pytest tests/bench --benchmark-only --benchmark-columns=min,median,max,mean,rounds -p no:randomly \
+	$(BIN)/pytest tests/bench --benchmark-only --benchmark-columns=min,median,max,mean,rounds \
 		--benchmark-json=build/bench/pytest-benchmark.json $(PYTEST_ARGS)
 	# Tables of docs/performance.md from build/bench/results.json (between its bench markers).
 	$(PY) -m tests.bench.report

@@ -1,14 +1,17 @@
-"""Command line: `gpu-exporter [serve]`, `dump`, `doctor`, `check`.
+"""Command line: `gpu-exporter [serve]`, `dump`, `doctor`, `check`, `version`.
 
 Every flag can also come from the environment as GPU_EXPORTER_<NAME> (upper case, dots
-and dashes to underscores): `--scrape.timeout` is GPU_EXPORTER_SCRAPE_TIMEOUT.
-Exit codes: 0 ok, 2 bad flag / value / configuration, 3 cannot listen, 4 a collector
-fault (e.g. a BPF program that does not load).
+and dashes to underscores): `--scrape.timeout` is GPU_EXPORTER_SCRAPE_TIMEOUT; any other
+GPU_EXPORTER_* variable is warned about at start (a misspelt one would do nothing).
+Exit codes: 0 ok, 1 `doctor --strict` found a collector unavailable, 2 bad flag / value /
+configuration, 3 cannot listen, 4 a collector fault (e.g. a BPF program that does not
+load).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import gc
 import logging
 import os
@@ -21,8 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 from click.core import ParameterSource
+from click.types import BoolParamType
 
-from gpu_exporter import __version__, flagtypes, logs
+from gpu_exporter import __version__, family, flagtypes, logs
 from gpu_exporter.collectors import REGISTRY
 from gpu_exporter.collectors.base import Availability, CollectorFault, Feature
 from gpu_exporter.exporter import GpuExporterCollector, make_registry
@@ -40,7 +44,7 @@ from gpu_exporter.settings import (
 )
 from gpu_exporter.webconfig import WebConfig
 
-EXIT_CONFIG, EXIT_LISTEN, EXIT_FAULT = 2, 3, 4
+EXIT_UNAVAILABLE, EXIT_CONFIG, EXIT_LISTEN, EXIT_FAULT = 1, 2, 3, 4
 log = logging.getLogger("gpu_exporter")
 
 
@@ -56,6 +60,31 @@ if TYPE_CHECKING:
     _ParamType = click.ParamType[Any]
 else:  # click before 8.2 has no generic ParamType
     _ParamType = click.ParamType
+
+
+class _Bool(BoolParamType):
+    """click's boolean, refusing a value with the words a person writes: click's own
+    message lists every spelling it takes, starting with the empty string."""
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        try:
+            return super().convert(value, param, ctx)
+        except click.BadParameter:
+            self.fail(f"{value!r} is not on or off: use true or false (or 1/0, yes/no, "
+                      "on/off)", param, ctx)
+
+
+class _Switch(click.Option):
+    """An on/off flag whose --help default is the flag in effect (`--no-collector.ebpf`):
+    click shows the flag's name without its dashes, `collector.ebpf`, which reads like a
+    value (click 8.2 and later ask this method)."""
+
+    def get_help_extra(self, ctx: click.Context) -> Any:
+        extra = super().get_help_extra(ctx)
+        if "default" in extra:
+            extra["default"] = (self.opts if self.default else self.secondary_opts)[0]
+        return extra
 
 
 class _FlagType(_ParamType):
@@ -100,16 +129,23 @@ GLOBAL_OPTIONS: tuple[Option[Any], ...] = (
 EXTRA_ENVVARS: dict[str, tuple[str, ...]] = {
     "collector.ebpf": ("OTEL_GPU_EBPF_ENABLED",),
 }
+# GPU_EXPORTER_* variables that are not a flag's, by who reads them.
+OTHER_ENVVARS = frozenset({
+    family.CHECK_LABELS_VAR,  # the test suite's label check
+    "GPU_EXPORTER_HEALTHCHECK_CERT_FILE", "GPU_EXPORTER_HEALTHCHECK_KEY_FILE",  # healthcheck
+    "GPU_EXPORTER_ARGS",  # extra flags, in the systemd unit's /etc/default/gpu-exporter
+})
 
 
-def _click_option(opt: Option[Any]) -> Callable[[Any], Any]:
+def _click_option(opt: Option[Any], hidden: bool = False) -> Callable[[Any], Any]:
     flag = opt.name
     kwargs: dict[str, Any] = {
-        "default": opt.default, "show_default": True, "help": opt.help,
+        "default": opt.default, "show_default": True, "help": opt.help, "hidden": hidden,
         "envvar": [env_name(flag), *EXTRA_ENVVARS.get(flag, ())], "show_envvar": True,
     }
     if opt.is_flag:
-        return click.option(f"--{flag}/--no-{flag}", param_name(flag), **kwargs)
+        return click.option(f"--{flag}/--no-{flag}", param_name(flag), type=_Bool(),
+                            cls=_Switch, **kwargs)
     if isinstance(opt.type, click.ParamType) or opt.type in (int, float, str):
         kwargs["type"] = opt.type
     else:
@@ -135,6 +171,35 @@ def with_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     for opt in reversed(every_option()):
         fn = _click_option(opt)(fn)
     return fn
+
+
+def with_hidden_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A command's copy of every flag (they may come after the command too), left out of
+    its --help, which points at `gpu-exporter --help` instead of repeating them all."""
+    for opt in reversed(every_option()):
+        fn = _click_option(opt, hidden=True)(fn)
+    return fn
+
+
+FLAGS_EPILOG = ("Every flag of `gpu-exporter --help` applies, before or after the "
+                "command, and as its GPU_EXPORTER_* variable.")
+
+
+def unknown_envvars(env: dict[str, str]) -> list[str]:
+    """A warning for each GPU_EXPORTER_* variable that no flag reads (a misspelt one
+    would otherwise be ignored without a word), with the name it is closest to."""
+    known = {env_name(o.name) for o in every_option()} | OTHER_ENVVARS
+    out = []
+    for name in sorted(n for n in env if n.startswith("GPU_EXPORTER_") and n not in known):
+        close = difflib.get_close_matches(name, sorted(known), n=1)
+        out.append(f"unknown environment variable {name}, ignored"
+                   + (f" (did you mean {close[0]}?)" if close else ""))
+    return out
+
+
+def _warn_unknown_envvars() -> None:
+    for message in unknown_envvars(dict(os.environ)):
+        log.warning("%s", message)
 
 
 def build_settings(params: dict[str, Any], env: dict[str, str] | None = None) -> Settings:
@@ -164,6 +229,7 @@ def _start(
     check_only: bool = False,
 ) -> GpuExporterCollector:
     logs.configure(params["log_level"], params["log_format"])
+    _warn_unknown_envvars()
     try:
         settings = dataclasses.replace(build_settings(params), check_only=check_only)
     except ConfigError as exc:
@@ -236,8 +302,12 @@ def serve(params: dict[str, Any]) -> None:
     exporter.close()
 
 
+VERSION = f"gpu-exporter, version {__version__}"
+
+
 @click.group(invoke_without_command=True, context_settings={"max_content_width": 100})
-@click.version_option(__version__, prog_name="gpu-exporter")
+@click.version_option(__version__, "-v", "--version", prog_name="gpu-exporter",
+                      message=VERSION)
 @with_options
 @click.pass_context
 def main(ctx: click.Context, /, **params: Any) -> None:
@@ -266,16 +336,16 @@ def _source(ctx: click.Context, name: str) -> str:
     return "default"
 
 
-@main.command("serve")
-@with_options
+@main.command("serve", epilog=FLAGS_EPILOG)
+@with_hidden_options
 @click.pass_context
 def serve_cmd(ctx: click.Context, /, **params: Any) -> None:
     """Serve /metrics over HTTP (the default command)."""
     serve(_with_flags_before(ctx, params))
 
 
-@main.command()
-@with_options
+@main.command(epilog=FLAGS_EPILOG)
+@with_hidden_options
 @click.pass_context
 def dump(ctx: click.Context, /, **params: Any) -> None:
     """Print one scrape in the Prometheus text format and exit."""
@@ -288,10 +358,14 @@ def dump(ctx: click.Context, /, **params: Any) -> None:
         exporter.close()
 
 
-@main.command()
-@with_options
+@main.command(epilog=FLAGS_EPILOG)
+@with_hidden_options
 @click.pass_context
-def doctor(ctx: click.Context, /, **params: Any) -> None:
+@click.option("--strict", is_flag=True, default=False,
+              help="Exit 1 when a collector that is on is unavailable: those named by a "
+                   "flag or variable (--collector.nvidia, GPU_EXPORTER_COLLECTOR_EBPF=1), "
+                   "or, with none named, every one that is on (for provisioning).")
+def doctor(ctx: click.Context, /, strict: bool, **params: Any) -> None:
     """Tell, collector by collector, what is available and why not."""
     params = _with_flags_before(ctx, params)
     params["log_level"] = "error"
@@ -299,24 +373,52 @@ def doctor(ctx: click.Context, /, **params: Any) -> None:
     try:
         # One scrape first: what each GPU needs is read from its series.
         gpus = needs(make_registry(exporter).collect())
-        click.echo(doctor_report(exporter.availability()), nl=False)
+        features = exporter.availability()
+        click.echo(doctor_report(features), nl=False)
         click.echo(needs_report(gpus), nl=False)
     finally:
         exporter.close()
+    if strict:
+        missing = strictly_missing(features, _named_collectors(ctx, params))
+        if missing:
+            _fault(EXIT_UNAVAILABLE, f"doctor --strict: {', '.join(missing)} unavailable")
 
 
-@main.command()
-@with_options
+def _named_collectors(ctx: click.Context, params: dict[str, Any]) -> set[str]:
+    """The collectors turned on by a flag or variable (not by their default)."""
+    return {cls.name for cls in REGISTRY
+            if params[p := param_name(f"collector.{cls.name}")] and _source(ctx, p) != "default"}
+
+
+def strictly_missing(features: list[Feature], named: set[str]) -> list[str]:
+    """The collectors `doctor --strict` fails on: of those named (or, none named, of all
+    that are on), each that is unavailable."""
+    collectors = [f for f in features if "." not in f.name]
+    wanted = [f for f in collectors if f.name in named] if named else \
+        [f for f in collectors if f.availability.state != "disabled"]
+    return [f.name for f in wanted if f.availability.state == "unavailable"]
+
+
+@main.command(epilog=FLAGS_EPILOG)
+@with_hidden_options
 @click.pass_context
 def check(ctx: click.Context, /, **params: Any) -> None:
     """Check the flags, the environment and the web config file as serve would, without
     starting anything, and print the settings in effect (exit 0; 2 on bad input)."""
     params = _with_flags_before(ctx, params)
     logs.configure(params["log_level"], params["log_format"])
+    _warn_unknown_envvars()
     try:
         settings = build_settings(params)
     except ConfigError as exc:
         _fault(EXIT_CONFIG, str(exc))
+    # serve runs without them (the collectors that need them are unavailable), but a
+    # check of the flags says that a path names nothing
+    for opt in (SYSFS, PROCFS):
+        path = params[param_name(opt.name)]
+        if not os.path.isdir(path):
+            _fault(EXIT_CONFIG, f"--{opt.name}={path}: no such directory "
+                                f"({_source(ctx, param_name(opt.name))})")
     web_config = _web_config(params)
     for opt in every_option():
         name = param_name(opt.name)
@@ -332,6 +434,12 @@ def check(ctx: click.Context, /, **params: Any) -> None:
         click.echo(f"web config: {web_config.source} (tls "
                    f"{'on' if web_config.tls else 'off'}, basic auth "
                    f"{'on' if web_config.auth_required else 'off'})")
+
+
+@main.command()
+def version() -> None:
+    """Print the version and exit (as --version and -v)."""
+    click.echo(VERSION)
 
 
 def doctor_report(features: list[Feature]) -> str:

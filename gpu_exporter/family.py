@@ -26,7 +26,8 @@ from gpu_exporter.labels import LabelSet, Scope
 
 # Checked in tests (and by anyone who sets it): the check costs a set operation per
 # series, which a production scrape does not pay.
-CHECK_LABELS = os.environ.get("GPU_EXPORTER_CHECK_LABELS") == "1"
+CHECK_LABELS_VAR = "GPU_EXPORTER_CHECK_LABELS"
+CHECK_LABELS = os.environ.get(CHECK_LABELS_VAR) == "1"
 
 L = TypeVar("L", bound=Mapping[str, object])  # a TypedDict: the family's own labels
 

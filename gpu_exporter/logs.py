@@ -9,6 +9,11 @@ import threading
 import time
 
 _once_lock = threading.Lock()
+
+
+def _level(record: logging.LogRecord) -> str:
+    """The level as --log.level spells it: `warn`, not Python's `warning`."""
+    return "warn" if record.levelno == logging.WARNING else record.levelname.lower()
 _once_seen: set[tuple[str, str]] = set()
 
 
@@ -24,7 +29,7 @@ class LogfmtFormatter(logging.Formatter):
         ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
         parts = [
             f"ts={ts}.{int(record.msecs):03d}Z",
-            f"level={record.levelname.lower()}",
+            f"level={_level(record)}",
             f"logger={record.name}",
             f"msg={_logfmt_value(record.getMessage())}",
         ]
@@ -38,7 +43,7 @@ class JsonFormatter(logging.Formatter):
         ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
         doc = {
             "ts": f"{ts}.{int(record.msecs):03d}Z",
-            "level": record.levelname.lower(),
+            "level": _level(record),
             "logger": record.name,
             "msg": record.getMessage(),
         }

@@ -15,9 +15,11 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from prometheus_client.parser import text_string_to_metric_families
 
+T = TypeVar("T")
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 EXPORTER = str(BIN / "gpu-exporter")
@@ -128,23 +130,52 @@ def exporter(
             stop_process(proc)
 
 
+def eventually(check: Callable[[], T], timeout: float = 30, what: str = "", *,
+               interval: float = 0.05,
+               retry_on: tuple[type[BaseException], ...] = (AssertionError,),
+               clock: Callable[[], float] = time.monotonic,
+               sleep: Callable[[float], None] = time.sleep) -> T:
+    """The suite's one way to wait for a condition: calls `check` until it returns a true
+    value, and returns that value. A false value, or an exception of `retry_on`
+    (AssertionError: `check` may assert), means not yet; past `timeout` seconds the test
+    fails with `what` and the last answer. Any other exception ends the wait at once.
+    (`clock` and `sleep` are injected by its own tests.)"""
+    deadline = clock() + timeout
+    while True:
+        try:
+            result = check()
+            if result:
+                return result
+            last = f"last returned {result!r}"
+        except retry_on as exc:
+            last = f"last raised {type(exc).__name__}: {exc}"
+        if clock() >= deadline:
+            raise AssertionError(f"{what or getattr(check, '__name__', check)}: not so "
+                                 f"after {timeout} s; {last}")
+        sleep(interval)
+
+
 def wait_started(proc: subprocess.Popen[bytes], ready: Callable[[], bool],
                  logs: Callable[[], str], name: str, timeout: float,
                  interval: float = 0.05) -> None:
     """Poll `ready` until it is true; fail with the log if `proc` exits or `timeout` passes.
     `ready` raising OSError or HTTPException counts as not yet: the port may not be bound."""
-    deadline = time.monotonic() + timeout
-    while True:
+
+    class Exited(Exception):
+        pass  # not OSError: ends the wait at once
+
+    def up() -> bool:
         if proc.poll() is not None:
-            raise AssertionError(f"{name} exited {proc.returncode}:\n{logs()}")
-        try:
-            if ready():
-                return
-        except (OSError, http.client.HTTPException):
-            pass
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{name} did not start:\n{logs()}")
-        time.sleep(interval)
+            raise Exited(f"{name} exited {proc.returncode}:\n{logs()}")
+        return ready()
+
+    try:
+        eventually(up, timeout, f"{name} started", interval=interval,
+                   retry_on=(OSError, http.client.HTTPException))
+    except Exited as exc:
+        raise AssertionError(str(exc)) from None
+    except AssertionError:
+        raise AssertionError(f"{name} did not start:\n{logs()}") from None
 
 
 def stop_process(proc: subprocess.Popen[bytes]) -> None:

@@ -16,7 +16,6 @@ import json
 import os
 import subprocess
 import tempfile
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -27,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from tests.helpers import free_port, require_tool, stop_process, wait_started
+from tests.helpers import eventually, free_port, require_tool, stop_process, wait_started
 
 START_TIMEOUT = 60.0
 
@@ -101,16 +100,11 @@ class QueryServer(Server):
 
     def wait_for(self, expr: str, timeout: float = 60) -> list[dict[str, Any]]:
         """Poll until the expression returns at least one series."""
-        deadline = time.monotonic() + timeout
-        while True:
-            result = self.query(expr)
-            if result:
-                return result
-            if time.monotonic() > deadline:
-                raise AssertionError(
-                    f"{self.name}: {expr!r} returned nothing for {timeout}s\n"
-                    f"{self.logs()[-3000:]}")
-            time.sleep(0.5)
+        try:
+            return eventually(lambda: self.query(expr), timeout, interval=0.5)
+        except AssertionError:
+            raise AssertionError(f"{self.name}: {expr!r} returned nothing for {timeout}s\n"
+                                 f"{self.logs()[-3000:]}") from None
 
 
 def _start(name: str, argv: Sequence[str], workdir: Path, port: int, ready_path: str,

@@ -5,18 +5,25 @@ from __future__ import annotations
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, TypeVar, cast
+from typing import Any, ClassVar, TypeVar, cast
 
 from gpu_exporter import device_families
 from gpu_exporter.attribution import Consumer
 from gpu_exporter.family import Emitted
+
+# Availability, Feature, FeatureState and device_features live in the bottom layer
+# (gpu_exporter.features), where the sources under nvml/ import them; collectors take
+# them from here, with the rest of their interface.
+from gpu_exporter.features import Availability as Availability
+from gpu_exporter.features import Feature as Feature
+from gpu_exporter.features import FeatureState as FeatureState
+from gpu_exporter.features import device_features as device_features
 from gpu_exporter.labels import PodLabels
 from gpu_exporter.records import GpuReading
 from gpu_exporter.settings import Option, Settings
 
-FeatureState = Literal["enabled", "unavailable", "disabled"]
 T = TypeVar("T")
 
 
@@ -33,52 +40,6 @@ class CollectorUnavailable(Exception):
     def __init__(self, reason: str, fix: str = "") -> None:
         super().__init__(reason)
         self.fix = fix
-
-
-@dataclass(frozen=True)
-class Availability:
-    """The state of a collector or of one of its features.
-
-    `unavailable`: the host lacks something (library, device, privilege, driver function)
-    that the operator can provide; `fix` says how. `disabled`: turned off by a flag, or a
-    capability the device does not have or has switched off (ECC off, a consumer card):
-    nothing to fix, though `fix` may say how to turn it on.
-    """
-
-    state: FeatureState
-    reason: str = ""
-    fix: str = ""  # what the operator can do about it: shown by `doctor` and logged
-
-    @classmethod
-    def enabled(cls, reason: str = "") -> Availability:
-        return cls("enabled", reason)
-
-    @classmethod
-    def unavailable(cls, reason: str, fix: str = "") -> Availability:
-        return cls("unavailable", reason, fix)
-
-    @classmethod
-    def disabled(cls, reason: str = "", fix: str = "") -> Availability:
-        return cls("disabled", reason, fix)
-
-
-@dataclass(frozen=True)
-class Feature:
-    """One optional part of a running collector (`gpu_exporter_feature_status{feature=
-    "<collector>.<name>"}`). A feature whose state can differ from device to device (a
-    host mixing GPUs with and without it) is reported once per device, with its hw_id."""
-
-    name: str  # without the collector's prefix: "xid" is reported as "nvidia.xid"
-    availability: Availability
-    hw_id: str | None = None
-
-
-def device_features(name: str, states: Mapping[str, Availability]) -> list[Feature]:
-    """A feature of several devices (states by hw_id): one entry while every device is
-    in the same state, else one per device, with its hw_id."""
-    if len(set(states.values())) <= 1:
-        return [Feature(name, a) for a in list(states.values())[:1]]
-    return [Feature(name, a, hw_id) for hw_id, a in sorted(states.items())]
 
 
 class _Once:

@@ -17,9 +17,3 @@ the nvidia and processes collectors.
 
 Readers here return records in base units; only collectors know Prometheus.
 """
-
-# The collectors package first, whichever module of this one is imported first: these
-# modules use collectors.base, and importing it runs the collectors package, whose nvidia
-# collector imports these modules; entered here first, that cycle would find them half
-# initialised.
-import gpu_exporter.collectors  # noqa: F401

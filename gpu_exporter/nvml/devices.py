@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 import pynvml
 
-from gpu_exporter.collectors.base import Availability
+from gpu_exporter.features import Availability
 from gpu_exporter.nvml import fields, nvlink, pcie
 from gpu_exporter.nvml.calls import (
     ABSENT,

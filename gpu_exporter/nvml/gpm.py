@@ -43,7 +43,7 @@ from typing import Any
 
 import pynvml
 
-from gpu_exporter.collectors.base import Availability
+from gpu_exporter.features import Availability
 from gpu_exporter.nvml.calls import GONE, LOST, DeviceLost, NvmlGone
 from gpu_exporter.records import GpmPipe, GpmReading
 from gpu_exporter.settings import Option

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 
 import pynvml
 
-from gpu_exporter.collectors.base import Availability
+from gpu_exporter.features import Availability
 from gpu_exporter.nvml.calls import FIX_CHECK, FIX_UPDATE
 from gpu_exporter.nvml.fields import Field
 from gpu_exporter.records import (

@@ -13,14 +13,14 @@ and is its `processes.nvml_utilization` state: a driver without the function is
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Literal
+from typing import Literal, Protocol, TypeVar
 
 import pynvml
 
-from gpu_exporter.collectors.base import Availability, Sink
+from gpu_exporter.features import Availability
 from gpu_exporter.nvml.calls import Calls, DeviceLost, Versions
 from gpu_exporter.nvml.devices import (
     NvmlDevice,
@@ -31,6 +31,15 @@ from gpu_exporter.nvml.devices import (
 from gpu_exporter.records import GpuTask
 
 ProcessKind = Literal["compute", "graphics"]
+T = TypeVar("T")
+
+
+class ReadsOnce(Protocol):
+    """What reads a value once per scrape for every collector that asks for it: the
+    collector's `collectors.base.Sink` (this layer does not import the one above)."""
+
+    def once(self, key: Hashable, read: Callable[[], T], /) -> T: ...
+
 # How far back the first utilization read of a GPU goes when no scrape interval is known
 # yet (the exporter's first scrape): Prometheus' commonest interval.
 FIRST_WINDOW_SECONDS = 15.0
@@ -100,7 +109,7 @@ def read_lists(dev: NvmlDevice) -> DeviceProcesses:
     return out
 
 
-def lists_once(sink: Sink, generation: int, dev: NvmlDevice) -> DeviceProcesses:
+def lists_once(sink: ReadsOnce, generation: int, dev: NvmlDevice) -> DeviceProcesses:
     """The GPU's process lists of this scrape: read by the first collector that asks (the
     processes and eBPF collectors both need them), the same record for the other."""
     return sink.once(("nvml-process-lists", generation, dev.identity.key),

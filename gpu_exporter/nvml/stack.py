@@ -26,7 +26,7 @@ from functools import partial
 
 import pynvml
 
-from gpu_exporter.collectors.base import Availability
+from gpu_exporter.features import Availability
 from gpu_exporter.nvml.bus import BusGpus, read_bus_gpus
 from gpu_exporter.nvml.calls import (
     FIX_CHECK,

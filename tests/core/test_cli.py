@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 import socket
 
 import pytest
@@ -180,3 +182,90 @@ def test_serve_reports_feature_status_for_every_collector() -> None:
         ones = [s for s in states if s.labels["feature"] == feature and s.value == 1]
         assert len(ones) == 1, feature
     assert value(series, "gpu_exporter_build_info") == 1
+
+
+def test_version_subcommand_and_v_say_what_version_does() -> None:
+    outputs = set()
+    for args in (["--version"], ["-v"], ["version"]):
+        res = run_cli(args)
+        assert res.returncode == 0, (args, res.stderr)
+        outputs.add(res.stdout)
+    assert outputs == {f"gpu-exporter, version {__version__}\n"}
+
+
+def _unwrapped(text: str) -> str:
+    """--help text with click's wrapping undone (it breaks after a flag's dash too)."""
+    return re.sub(r"\s+", " ", re.sub(r"-\n\s+", "-", text))
+
+
+def test_help_shows_a_switch_default_as_the_flag_in_effect() -> None:
+    res = run_cli(["--help"])
+    assert res.returncode == 0, res.stderr
+    text = _unwrapped(res.stdout)
+    assert "default: --collector.nvidia]" in text
+    assert "default: --no-collector.ebpf]" in text
+    assert "default: collector." not in text and "default: no-collector." not in text
+
+
+def test_a_commands_help_points_at_the_flags_instead_of_repeating_them() -> None:
+    full = run_cli(["--help"]).stdout
+    for command in ("serve", "dump", "doctor", "check"):
+        res = run_cli([command, "--help"])
+        assert res.returncode == 0, res.stderr
+        assert "--web.listen-address" not in res.stdout, command
+        assert "gpu-exporter --help" in _unwrapped(res.stdout), command
+        assert len(res.stdout.splitlines()) < 20 < len(full.splitlines())
+    assert "--strict" in run_cli(["doctor", "--help"]).stdout  # its own flag is listed
+    # the flags still apply after the command
+    res = run_cli(["dump", "--no-collector.host"], NO_DEVICES)
+    assert res.returncode == 0 and not find(parse(res.stdout), "system_cpu_utilization_ratio")
+
+
+def test_a_bad_boolean_in_the_environment_names_the_words_it_takes() -> None:
+    line = _refused(["check"], {"GPU_EXPORTER_COLLECTOR_AMD": "maybe"})
+    assert "GPU_EXPORTER_COLLECTOR_AMD" in line and "'maybe'" in line
+    assert "use true or false" in line and "values: ," not in line, line
+
+
+@pytest.mark.parametrize("fmt", ["logfmt", "json"])
+def test_a_misspelt_variable_is_a_warning_at_level_warn_with_the_name_it_is_close_to(
+        fmt: str) -> None:
+    res = run_cli([f"--log.format={fmt}", "dump"],
+                  {**NO_DEVICES, "GPU_EXPORTER_SCRAPE_TIMOUT": "3"})
+    assert res.returncode == 0, res.stderr
+    warned = [line for line in res.stderr.splitlines() if "GPU_EXPORTER_" in line]
+    assert len(warned) == 1, res.stderr  # not the known ones (GPU_EXPORTER_CHECK_LABELS...)
+    assert "GPU_EXPORTER_SCRAPE_TIMOUT" in warned[0]
+    assert "did you mean GPU_EXPORTER_SCRAPE_TIMEOUT?" in warned[0]
+    # the level as --log.level spells it (Python's own name is "warning")
+    if fmt == "json":
+        assert json.loads(warned[0])["level"] == "warn"
+    else:
+        assert " level=warn " in warned[0]
+
+
+def test_doctor_strict_fails_on_a_collector_the_host_should_have() -> None:
+    # nothing turned off here: every collector that is on counts; no GPU on this host
+    res = run_cli(["doctor", "--strict"], NO_DEVICES)
+    assert res.returncode == 1, res.stderr
+    assert res.stderr.strip() == "gpu-exporter: doctor --strict: nvidia, amd, intel unavailable"
+    assert "nvidia " in res.stdout  # the report itself is printed first
+    # named by a flag (before or after the command) or a variable: only those count
+    res = run_cli(["--collector.nvidia", "doctor", "--strict"], NO_DEVICES)
+    assert (res.returncode, res.stderr.strip()) == (
+        1, "gpu-exporter: doctor --strict: nvidia unavailable")
+    res = run_cli(["doctor", "--strict"], {**NO_DEVICES, "GPU_EXPORTER_COLLECTOR_HOST": "1"})
+    assert res.returncode == 0, res.stderr
+    # without --strict, doctor reports and exits 0
+    assert run_cli(["--collector.nvidia", "doctor"], NO_DEVICES).returncode == 0
+
+
+@pytest.mark.parametrize(("args", "env", "named"), [
+    (["check", "--path.sysfs=/nonexistent"], {}, "--path.sysfs=/nonexistent"),
+    (["check"], {"GPU_EXPORTER_PATH_SYSFS": "/sys", "GPU_EXPORTER_PATH_PROCFS": "/nonexistent"},
+     "--path.procfs=/nonexistent: no such directory (environment)"),
+])
+def test_check_refuses_a_path_that_is_not_a_directory(
+        args: list[str], env: dict[str, str], named: str) -> None:
+    line = _refused(args, env)
+    assert named in line and "no such directory" in line, line

@@ -19,7 +19,7 @@ from gpu_exporter.collectors.base import Availability, Collector, Feature, Sink
 from gpu_exporter.exporter import GpuExporterCollector, make_registry
 from gpu_exporter.records import GpuIdentity, GpuReading
 from gpu_exporter.settings import Settings
-from tests.helpers import find, parse, promtool_check_metrics, value
+from tests.helpers import Series, eventually, find, parse, promtool_check_metrics, value
 
 
 def _gpu(hw_id: str, vendor: str, key: tuple[int | str, ...], pci: str,
@@ -162,10 +162,14 @@ def test_unavailable_collector_becomes_available_without_restart() -> None:
     assert value(series, "gpu_exporter_feature_status", feature="later", state="unavailable") == 1
     assert not find(series, "system_memory_utilization_ratio")
     Later.ready = True
-    time.sleep(0.05)  # past the retry interval
-    series = parse(_scrape(exp))
+
+    def enabled() -> list[Series]:  # once the retry interval (10 ms) has passed
+        s = parse(_scrape(exp))
+        assert value(s, "gpu_exporter_feature_status", feature="later", state="enabled") == 1
+        return s
+
+    series = eventually(enabled, 10)
     exp.close()
-    assert value(series, "gpu_exporter_feature_status", feature="later", state="enabled") == 1
     assert value(series, "system_memory_utilization_ratio") == 0.5
 
 
@@ -192,7 +196,8 @@ def test_scrapes_arriving_during_a_collection_share_it() -> None:
     others = [threading.Thread(target=lambda: results.append(_scrape(exp))) for _ in range(7)]
     for t in others:
         t.start()
-    time.sleep(0.3)  # they are all waiting for the first collection by now
+    # all seven are waiting for the first collection (the exporter counts its waiters)
+    eventually(lambda: exp._waiting == 7, 10, "seven scrapes waiting")
     release.set()
     for t in [first, *others]:
         t.join(30)

@@ -8,11 +8,10 @@ import os
 import re
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 from tests.deploy.dockerfile import env_assignments, exec_form, instructions
-from tests.helpers import BIN, REPO, free_port
+from tests.helpers import BIN, REPO, free_port, wait_started
 
 DOCKERFILE = REPO / "Dockerfile"
 UNPRIVILEGED = "10001"
@@ -148,11 +147,8 @@ def test_dockerfile_install_steps_work_in_a_clean_venv(open_dir: Path) -> None:
         proc = subprocess.Popen([*as_user, *entry], env=image_env, cwd="/", stdout=logf,
                                 stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 60
-        while (res := healthcheck()).returncode != 0:
-            assert proc.poll() is None, f"exporter exited:\n{log.read_text()}"
-            assert time.monotonic() < deadline, f"{res.stderr}\n{log.read_text()}"
-            time.sleep(0.2)
+        wait_started(proc, lambda: healthcheck().returncode == 0, log.read_text,
+                     "exporter (its health check)", 60, interval=0.2)
         status = Path(f"/proc/{proc.pid}/status").read_text()
         uid_line = next(line for line in status.splitlines() if line.startswith("Uid:"))
         assert uid_line.split()[1:] == [UNPRIVILEGED] * 4, uid_line

@@ -7,6 +7,7 @@ import configparser
 import re
 import shutil
 import subprocess
+from importlib.metadata import metadata
 from pathlib import Path
 
 from tests.helpers import BIN, REPO, require_tool
@@ -132,3 +133,12 @@ def test_tls_dropin_loads_the_credentials_it_names() -> None:
     creds = dict(c.split(":", 1) for c in svc["LoadCredential"])
     assert set(creds) == {"web.yml", "tls.crt", "tls.key"}
     assert "GPU_EXPORTER_WEB_CONFIG_FILE=%d/web.yml" in svc["Environment"]
+
+
+def test_documentation_is_the_url_pip_install_records() -> None:
+    # not a file in a checkout: `pip install` creates none; the package's metadata holds
+    # its Documentation URL wherever it is installed
+    docs = [line.split("=", 1)[1] for line in UNIT.read_text().splitlines()
+            if line.startswith("Documentation=")]
+    urls = dict(u.split(", ", 1) for u in metadata("gpu-exporter").get_all("Project-URL"))
+    assert docs == [urls["Documentation"]] and docs[0].startswith("https://"), docs

@@ -19,6 +19,7 @@ import pytest
 
 from tests.e2e.conftest import BUSY, DONE, IDLE, JOB, SLURM_JOB, Stack
 from tests.e2e.fleet import IDLE_GPU, fake
+from tests.helpers import eventually
 
 SERVERS = ("prometheus", "victoriametrics")
 WINDOW_SECONDS = 60
@@ -102,11 +103,10 @@ def test_the_cost_per_namespace_has_both_namespaces(stack: Stack, server: str) -
     s = stack.servers[server]
     for expr in ("k8s_namespace_name:process_gpu_energy_cost_dollars:increase1h",
                  "k8s_namespace_name:k8s_gpu_allocation_cost_dollars:increase1h"):
-        deadline = time.monotonic() + 60
-        while True:
+        def namespaces(expr: str = expr) -> set[str]:
             names = {r["metric"]["k8s_namespace_name"] for r in s.query(expr)
                      if float(r["value"][1]) > 0}
-            if names >= {BUSY.namespace, IDLE.namespace} or time.monotonic() > deadline:
-                break
-            time.sleep(1)
-        assert names == {BUSY.namespace, IDLE.namespace}, (expr, names)
+            assert names >= {BUSY.namespace, IDLE.namespace}, (expr, names)
+            return names
+
+        assert eventually(namespaces, 60, interval=1) == {BUSY.namespace, IDLE.namespace}

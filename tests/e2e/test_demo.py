@@ -18,7 +18,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from tests.helpers import REPO, free_port
+from tests.helpers import REPO, eventually, free_port
 from tests.rules.rulefiles import RULE_FILES, load_rules
 
 
@@ -81,10 +81,12 @@ def test_make_demo_runs_and_ctrl_c_stops_everything_with_exit_0() -> None:
     term = _Terminal(["make", "--no-print-directory", "-o", ".venv/.installed", "demo"], env)
     work = None
     try:
-        deadline = time.monotonic() + 120
-        while "DEMO READY" not in term.text():
-            assert time.monotonic() < deadline, term.text()
-            assert term.wait(0.2) is None, term.text()
+        def ready() -> bool:
+            if term.wait(0.2) is not None:  # reads the terminal for 0.2 s
+                raise RuntimeError(f"make demo ended:\n{term.text()}")
+            return "DEMO READY" in term.text()
+
+        eventually(ready, 120, "DEMO READY", interval=0)
         text = term.text()
         assert f"http://127.0.0.1:{ports['VM']}/vmui" in text
         assert "SIMULATED" in text
@@ -92,14 +94,9 @@ def test_make_demo_runs_and_ctrl_c_stops_everything_with_exit_0() -> None:
         assert work and Path(work.group(1)).is_dir()
 
         vm = f"http://127.0.0.1:{ports['VM']}"
-        deadline = time.monotonic() + 60
-        while True:
-            res = _get(vm + "/api/v1/query?query=" + urllib.parse.quote(
-                'count(hw_gpu_up{demo="true", job="gpu-exporter"})'))["data"]["result"]
-            if res:
-                break
-            assert time.monotonic() < deadline, "no demo data in VictoriaMetrics"
-            time.sleep(1)
+        res = eventually(lambda: _get(vm + "/api/v1/query?query=" + urllib.parse.quote(
+            'count(hw_gpu_up{demo="true", job="gpu-exporter"})'))["data"]["result"],
+            60, "demo data in VictoriaMetrics", interval=1)
         assert int(res[0]["value"][1]) >= 6  # 4 fake H100s + the AMD and Intel captures
         # GPM activity of every simulated H100 (same scrape as hw_gpu_up)
         gpm = _get(vm + "/api/v1/query?query=" + urllib.parse.quote(

@@ -13,7 +13,6 @@ whole expression must parse and what it compares must return data.
 from __future__ import annotations
 
 import re
-import time
 from typing import Any
 from urllib.parse import quote
 
@@ -21,6 +20,7 @@ import pytest
 
 from tests.dashboards.panels import DASHBOARD_FILES, load, queries, substitute
 from tests.e2e.conftest import JOB, Stack
+from tests.helpers import eventually
 from tests.rules.rulefiles import load_rules
 from tests.servers import QueryServer
 
@@ -190,14 +190,13 @@ def test_alerts_fire_in_prometheus_and_through_vmalert(stack: Stack) -> None:
 
 
 def _wait_am(stack: Stack, want: set[tuple[str, str]]) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + 60
-    while True:
+    def arrived() -> list[dict[str, Any]]:
         alerts = stack.alertmanager.get_json("/api/v2/alerts")
         got = {(a["labels"]["alertname"], a["labels"].get("gpu_index")) for a in alerts}
-        if want <= got:
-            return list(alerts)
-        assert time.monotonic() < deadline, (alerts, stack.vmalert.logs()[-3000:])
-        time.sleep(1)
+        assert want <= got, (alerts, stack.vmalert.logs()[-3000:])
+        return list(alerts)
+
+    return eventually(arrived, 60, "alerts in Alertmanager", interval=1)
 
 
 def test_gpm_activity_tells_busy_from_working_on_both_servers(stack: Stack) -> None:

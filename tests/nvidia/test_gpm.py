@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.fake_nvml import scenario as fake
-from tests.helpers import Series, find, parse, promtool_check_metrics, value
+from tests.helpers import Series, eventually, find, parse, promtool_check_metrics, value
 from tests.nvidia import golden
 from tests.nvidia.conftest import running
 from tests.nvidia.test_failures import uuid
@@ -78,9 +78,9 @@ def test_values_follow_the_gpu_between_scrapes(fake_lib: Path, tmp_path: Path) -
         exp.scrape()
         sc.devices[2].gpm[fake.GPM_SM_UTIL] = 12.5
         sc.write()
-        time.sleep(0.15)
-        s = parse(exp.scrape())
-    assert gpm_of(s, uuid(2))["hw_gpu_sm_active_ratio"] == 0.125
+        # at the first scrape whose GPM window (100 ms or more) ends after the change
+        eventually(lambda: gpm_of(parse(exp.scrape()), uuid(2))["hw_gpu_sm_active_ratio"]
+                   == 0.125, 10, "GPU 2's new SM activity", interval=0.05)
 
 
 def test_mig_gpu_instances_with_one_several_and_no_compute_instance(
@@ -178,9 +178,12 @@ def test_an_error_on_the_sample_call_is_that_gpus_feature_state(
         exp.scrape()
         sc.devices[3].errors["nvmlGpmSampleGet"] = "NO_PERMISSION"
         sc.write()
-        time.sleep(0.15)
-        s = parse(exp.scrape())
-        assert states(s, "nvidia.gpm")[uuid(3)] == "unavailable"
+
+        def unavailable() -> list[Series]:  # at the GPU's next sample (a new window)
+            s = parse(exp.scrape())
+            return s if states(s, "nvidia.gpm").get(uuid(3)) == "unavailable" else []
+
+        s = eventually(unavailable, 10, "GPU 3's GPM unavailable")
         assert not gpm_of(s, uuid(3)) and gpm_of(s, uuid(4))
         assert value(s, "hw_gpu_up", hw_id=uuid(3)) == 1
         assert value(s, "gpu_exporter_collector_success", collector="nvidia") == 1

@@ -53,7 +53,7 @@ def test_the_gpm_reader_works_with_the_oldest_bindings_of_the_range() -> None:
     path, limit, dmma = probe.stdout.split()
     assert path.startswith(bindings) and (limit, dmma) == ("98", "False"), probe.stdout
     res = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider",
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
          "tests/nvidia/test_gpm_reader.py"],
         env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]

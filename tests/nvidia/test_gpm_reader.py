@@ -6,7 +6,6 @@ know the bindings' structure version, per-metric errors and NaN."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,13 +25,22 @@ H100_0_PIPES = {"tensor_hmma": 0.35, "tensor_imma": 0.0425, "tensor_dfma": 0.0,
 
 
 class Clock:
-    """time.monotonic, or a time the test sets."""
+    """The reader's clock, injected: the time is what the test sets, so a window between
+    two samples is exactly as long as the test says, with no waiting. (The fake NVML's
+    ratios do not depend on the window's length: its counters integrate a constant
+    percentage over whatever time passed.)"""
 
-    def __init__(self) -> None:
-        self.fixed: float | None = None
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def set(self, now: float) -> None:
+        self.now = now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
 
     def __call__(self) -> float:
-        return time.monotonic() if self.fixed is None else self.fixed
+        return self.now
 
 
 @pytest.fixture
@@ -69,40 +77,35 @@ def test_values_are_ratios_averaged_over_the_window_between_samples(nvml: Path) 
     sc = fake.Scenario(devices=[fake.h100(0)])
     dev, _ = device(sc, nvml)
     clock = Clock()
-    started = time.monotonic()
     dev.start(clock)
     assert dev.availability.state == "enabled"
-    time.sleep(0.2)
+    clock.advance(0.2)
     (series,) = dev.read(clock)
-    elapsed = time.monotonic() - started
     assert series.device == sc.devices[0].uuid and series.gpu_instance_id is None
     r = series.reading
     assert scalars(r) == pytest.approx(H100_0, abs=1e-12)
     assert dict(r.pipe_active_ratio) == pytest.approx(pipes_of_these_bindings(), abs=1e-12)
-    assert 0.2 <= r.window_seconds <= elapsed
+    assert r.window_seconds == pytest.approx(0.2)
 
 
 def test_a_window_shorter_than_100ms_serves_the_last_values(nvml: Path) -> None:
     sc = fake.Scenario(devices=[fake.h100(0)])
     dev, _ = device(sc, nvml)
-    clock = Clock()
-    clock.fixed = 1000.0
+    clock = Clock(1000.0)
     dev.start(clock)
-    clock.fixed = 1000.05  # a scrape 50 ms after start: no window yet, nothing to serve
+    clock.set(1000.05)  # a scrape 50 ms after start: no window yet, nothing to serve
     assert dev.read(clock) == ()
-    time.sleep(0.12)
-    clock.fixed = 1000.15
+    clock.set(1000.15)
     (first,) = dev.read(clock)
     assert first.reading.sm_active_ratio == pytest.approx(0.60)
     assert first.reading.window_seconds == pytest.approx(0.15)
     # The GPU changes; a second scraper 40 ms later gets the same values, not a new window.
     sc.devices[0].gpm[fake.GPM_SM_UTIL] = 20
     sc.write()
-    time.sleep(0.12)
-    clock.fixed = 1000.19
+    clock.set(1000.19)
     (again,) = dev.read(clock)
     assert again.reading is first.reading
-    clock.fixed = 1000.40
+    clock.set(1000.40)
     (later,) = dev.read(clock)
     assert later.reading.sm_active_ratio == pytest.approx(0.20)
     assert later.reading.window_seconds == pytest.approx(0.25)
@@ -117,7 +120,7 @@ def test_each_metric_is_checked_on_its_own(nvml: Path) -> None:
     dev, _ = device(sc, nvml)
     clock = Clock()
     dev.start(clock)
-    time.sleep(0.12)
+    clock.advance(0.12)
     failures: list[tuple[str, str]] = []
     (series,) = dev.read(clock, failures)
     r = series.reading
@@ -137,7 +140,7 @@ def test_each_metric_is_checked_on_its_own(nvml: Path) -> None:
     d.gpm[fake.GPM_SM_OCCUPANCY] = 30
     d.gpm[fake.GPM_FP16_UTIL] = 5
     sc.write()
-    time.sleep(0.12)
+    clock.advance(0.12)
     (series,) = dev.read(clock)
     assert series.reading.tensor_active_ratio == pytest.approx(0.40)
     assert series.reading.sm_occupancy_ratio == pytest.approx(0.30)
@@ -152,16 +155,15 @@ def test_only_the_first_window_is_waited_for_even_when_no_metric_answers(
     sc = fake.Scenario(devices=[fake.h100(0)])
     sc.devices[0].gpm.clear()
     dev, _ = device(sc, nvml)
-    clock = Clock()
-    clock.fixed = 1000.0
+    clock = Clock(1000.0)
     dev.start(clock)
     assert dev.first_values_at() == pytest.approx(1000.1)
-    clock.fixed = 1000.15
+    clock.set(1000.15)
     (first,) = dev.read(clock)
     assert (scalars(first.reading), dict(first.reading.pipe_active_ratio)) == (
         dict.fromkeys(H100_0), {})
     assert dev.first_values_at() is None
-    clock.fixed = 1000.3
+    clock.set(1000.3)
     assert dev.read(clock) == ()  # nothing left to ask for
     assert dev.first_values_at() is None
 
@@ -194,14 +196,14 @@ def test_a_metrics_version_mismatch_after_support_stops_asking(nvml: Path) -> No
     dev.start(clock)
     sc.gpm_version = 2  # e.g. the driver replaced under a running exporter
     sc.write()
-    time.sleep(0.12)
+    clock.advance(0.12)
     assert dev.read(clock) == ()
     assert dev.availability.state == "unavailable"
     assert "nvmlGpmQueryDeviceSupport" not in dev.availability.reason
     assert "nvmlGpmMetricsGet" in dev.availability.reason
     sc.gpm_version = None
     sc.write()
-    time.sleep(0.12)
+    clock.advance(0.12)
     assert dev.read(clock) == ()  # not asked again until NVML starts afresh
 
 
@@ -212,7 +214,7 @@ def test_an_error_on_the_sample_call_is_the_feature_state_until_it_clears(nvml: 
     dev.start(clock)
     sc.devices[0].errors["nvmlGpmSampleGet"] = "NO_PERMISSION"
     sc.write()
-    time.sleep(0.12)
+    clock.advance(0.12)
     assert dev.read(clock) == ()
     state = dev.availability
     assert state.state == "unavailable"
@@ -220,7 +222,7 @@ def test_an_error_on_the_sample_call_is_the_feature_state_until_it_clears(nvml: 
     del sc.devices[0].errors["nvmlGpmSampleGet"]
     sc.write()
     (series,) = dev.read(clock)  # the window runs from the last good sample
-    assert series.reading.window_seconds >= 0.12
+    assert series.reading.window_seconds == pytest.approx(0.12)
     assert dev.availability.state == "enabled"
 
 
@@ -230,7 +232,7 @@ def test_a_lost_gpu_raises_device_lost(nvml: Path) -> None:
     clock = Clock()
     dev.start(clock)
     sc.lose(0)
-    time.sleep(0.12)
+    clock.advance(0.12)
     with pytest.raises(DeviceLost):
         dev.read(clock)
 
@@ -245,7 +247,7 @@ def test_mig_gpu_instances(nvml: Path) -> None:
     dev, _ = device(sc, nvml, migs=migs)
     clock = Clock()
     dev.start(clock)
-    time.sleep(0.12)
+    clock.advance(0.12)
     got = {(s.device, s.gpu_instance_id): s.reading for s in dev.read(clock)}
     assert set(got) == {(parent.uuid, None), (parent.migs[0].uuid, None), (parent.uuid, 2)}
     assert got[(parent.uuid, None)].sm_active_ratio == pytest.approx(0.60)  # the whole GPU

@@ -5,13 +5,12 @@ compute slices, and by compute slices alone when GPM is off."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.fake_nvml import scenario as fake
-from tests.helpers import find, parse
+from tests.helpers import eventually, find, parse
 from tests.processes.procfs import write_process
 from tests.processes.test_processes import running
 
@@ -30,10 +29,12 @@ def _energy_after_1000_joules(lib: Path, tmp_path: Path, *args: str
     for pid in PROCESSES:
         write_process(tmp_path / "proc", pid, comm=f"job{pid}", start=pid)
     with running(lib, tmp_path, sc, args) as exp:
-        exp.scrape()
+        exp.scrape()  # starts GPM: its first values come a window (100 ms) later
+        if "--no-collector.nvidia.gpm" not in args:
+            eventually(lambda: find(parse(exp.scrape()), "hw_gpu_sm_active_ratio"), 10,
+                       "GPM activity")
         parent.values["energy_mj"] = int(parent.values["energy_mj"]) + 1_000_000
         sc.write()
-        time.sleep(0.15)  # a GPM window of its own
         s = parse(exp.scrape())
     energy = {x.labels["process_pid"]: x.value
               for x in find(s, "process_gpu_energy_consumed_joules_total")}

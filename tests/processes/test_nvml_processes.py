@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.fake_nvml import scenario as fake
-from tests.helpers import Series, find, parse, run_cli, value
+from tests.helpers import Series, eventually, find, parse, run_cli, value
 from tests.nvidia.test_failures import scrape_within, threads
 from tests.processes.test_processes import (
     only_gpu_and_processes,
@@ -86,8 +86,10 @@ def test_a_gpu_hung_in_a_process_call_costs_only_its_own_processes(
             counts.append(threads(exp.proc.pid))
         assert max(counts) - min(counts) <= 2, counts  # no thread per scrape
         sc.hang(1, "nvmlDeviceGetComputeRunningProcesses_v3", None)
-        deadline = time.monotonic() + 10
-        while not procs(s := parse(exp.scrape()), process_pid="1002"):
-            assert time.monotonic() < deadline, "GPU 1's processes never came back"
-            time.sleep(0.2)
+
+        def back() -> list[Series]:
+            s = parse(exp.scrape())
+            return s if procs(s, process_pid="1002") else []
+
+        s = eventually(back, 10, "GPU 1's processes back", interval=0.2)
         assert value(s, "gpu_exporter_collector_success", collector="processes") == 1

@@ -13,7 +13,16 @@ import pytest
 
 from gpu_exporter.collectors import REGISTRY
 from tests.fake_nvml import scenario as fake
-from tests.helpers import Exporter, Series, exporter, find, parse, promtool_check_metrics, value
+from tests.helpers import (
+    Exporter,
+    Series,
+    eventually,
+    exporter,
+    find,
+    parse,
+    promtool_check_metrics,
+    value,
+)
 from tests.processes.kubelet import Container, Pod, kubelet
 from tests.processes.procfs import remove_process, write_process
 
@@ -298,10 +307,12 @@ def test_nvml_loaded_later_is_picked_up(lib: Path, tmp_path: Path) -> None:
         assert not procs(before)
         sc.init_error = None
         sc.write()
-        deadline = time.monotonic() + 20
-        while not procs(after := parse(exp.scrape())):
-            assert time.monotonic() < deadline, "NVML never picked up"
-            time.sleep(0.3)
+
+        def picked_up() -> list[Series]:
+            s = parse(exp.scrape())
+            return s if procs(s) else []
+
+        after = eventually(picked_up, 20, "NVML picked up", interval=0.3)
     assert procs(after, process_pid="1001")[0].value == 20 * GIB
     assert value(after, "gpu_exporter_feature_status", feature="processes.nvml",
                  state="enabled") == 1

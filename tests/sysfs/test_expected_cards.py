@@ -6,7 +6,16 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from tests.helpers import exporter, find, parse, promtool_check_metrics, run_cli, value
+from tests.helpers import (
+    Series,
+    eventually,
+    exporter,
+    find,
+    parse,
+    promtool_check_metrics,
+    run_cli,
+    value,
+)
 from tests.sysfs.conftest import dump, gpu_series, only_sysfs_collectors
 from tests.sysfs.tree import FakeSysfs, raw_text
 
@@ -50,10 +59,13 @@ def test_a_card_lost_before_start_comes_back_at_the_retry_interval(
         assert time.monotonic() - first < 2.5, "scrapes too slow for this check"
         assert value(s, "hw_gpu_up", gpu_pci_address=A) == 0
         assert not find(s, "hw_gpu_up", hw_id=unique_id)  # nor its identity read
-        while not find(s, "hw_gpu_up", hw_id=unique_id, gpu_pci_address=A):
-            assert time.monotonic() - first < 3 + 5, "the card never came back"
-            time.sleep(0.2)
+
+        def back() -> list[Series]:
             s = parse(exp.scrape())
+            return s if find(s, "hw_gpu_up", hw_id=unique_id, gpu_pci_address=A) else []
+
+        s = eventually(back, 3 + 5 - (time.monotonic() - first), "the card back",
+                       interval=0.2)
         assert time.monotonic() - first >= 2.9
         # Back in full, under its unique_id, and in PCI order with the other card.
         assert value(s, "hw_gpu_up", hw_id=unique_id, gpu_pci_address=A, gpu_index="0") == 1

@@ -248,11 +248,15 @@ def test_one_walk_per_scrape_shared_by_its_collectors(tmp_path: Path) -> None:
 
 def test_a_collector_waits_for_the_shared_walk_only_until_its_deadline() -> None:
     scrape = Shared()
-    release = threading.Event()
-    owner = threading.Thread(
-        target=lambda: scrape.once("walk", release.wait, time.monotonic() + 10))
+    inside, release = threading.Event(), threading.Event()
+
+    def walk() -> bool:
+        inside.set()
+        return release.wait()
+
+    owner = threading.Thread(target=lambda: scrape.once("walk", walk, time.monotonic() + 10))
     owner.start()
-    time.sleep(0.05)  # the owner is inside its read
+    assert inside.wait(10)  # the owner is inside its read
     started = time.monotonic()
     with pytest.raises(TimeoutError):
         scrape.once("walk", lambda: pytest.fail("a second reader ran"), time.monotonic() + 0.2)
