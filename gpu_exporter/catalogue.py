@@ -201,7 +201,7 @@ HW_GPU_XID_ERRORS = Counter(
     "XID events by code and by what NVIDIA's Xid Catalog says to do first, counted since "
     "the exporter started.",
     D, XidLabels, sources="NVML event listener (critical XID events); action: "
-    "gpu_exporter/nvml/xid_catalog.csv",
+    "gpu_exporter/xid_catalog.csv",
 )
 
 

@@ -4,9 +4,9 @@ reading field, and the device labels of an identity."""
 from __future__ import annotations
 
 from gpu_exporter import catalogue as c
+from gpu_exporter import xid_catalog
 from gpu_exporter.family import Emitted
 from gpu_exporter.labels import DeviceLabels, known
-from gpu_exporter.nvml import xid_catalog
 from gpu_exporter.records import (
     NVLINK_STATES,
     RECOVERY_ACTIONS,

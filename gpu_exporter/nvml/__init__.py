@@ -10,8 +10,8 @@ the nvidia and processes collectors.
 - `processes`: one scrape of one GPU's processes and their utilization.
 - `gpm`: SM, tensor-pipe and DRAM activity through GPM (Hopper and newer), per GPU and
   MIG GPU instance, one sample kept per target between scrapes.
-- `events`: the XID event listener; `xid_catalog`: NVIDIA's Xid Catalog as data (each
-  code's immediate action, the `action` label of the XID counts).
+- `events`: the XID event listener (NVIDIA's Xid Catalog, each code's immediate action,
+  is data of the model layer: `gpu_exporter/xid_catalog.py`).
 - `lanes`: per-GPU calls in lanes, so that one hung or lost GPU costs only itself.
 - `stack`: one NVML session for the process: init, discovery, retries, features.
 

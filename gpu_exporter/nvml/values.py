@@ -10,7 +10,8 @@ from typing import Any
 
 import pynvml
 
-from gpu_exporter.nvml import fields, nvlink, pcie, xid_catalog
+from gpu_exporter import xid_catalog
+from gpu_exporter.nvml import fields, nvlink, pcie
 from gpu_exporter.nvml.calls import Calls, DeviceLost, Versions, by_name
 from gpu_exporter.nvml.devices import NvmlDevice
 from gpu_exporter.records import (

@@ -121,6 +121,7 @@ NOT_SYSTEM_FILES = {
     "gpu_exporter/webconfig.py": "the operator's --web.config.file and the TLS files it names",
     "gpu_exporter/ebpf/probes.py": "the BPF program's source, package data",
     "gpu_exporter/ebpf/probe_table.py": "a developer's tool rewriting the probe table",
+    "gpu_exporter/xid_catalog.py": "NVIDIA's Xid Catalog, package data",
 }
 
 

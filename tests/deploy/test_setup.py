@@ -104,7 +104,8 @@ def test_readme_test_command_is_the_one_ci_runs() -> None:
     block = re.search(r"```sh\n(.*?)```", section, re.S)
     assert block, section
     commands = [line.split("#", 1)[0].strip() for line in block.group(1).splitlines()]
-    assert [c for c in commands if c] == ["make test"]
+    # the test command first; the contributors' fast lane may follow it
+    assert [c for c in commands if c] in (["make test"], ["make test", "make check"])
     assert "(docs/testing.md)" in section
     ci = [line.strip() for line in (REPO / ".ci" / "run").read_text().splitlines()
           if line.strip() and not line.lstrip().startswith("#")]
