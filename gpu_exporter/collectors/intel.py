@@ -11,10 +11,11 @@ from pathlib import Path
 
 from gpu_exporter.collectors.base import Availability, Sink
 from gpu_exporter.collectors.sysfs_gpus import DISCOVERY_INTERVAL, SysfsGpuCollector, drm_clients
-from gpu_exporter.readers import fdinfo, intel
-from gpu_exporter.readers.pci import PciGpu
-from gpu_exporter.readers.sysfs import Problems
 from gpu_exporter.records import GpuIdentity, GpuReading, GpuTask
+from gpu_exporter.sources.procfs import fdinfo
+from gpu_exporter.sources.sysfs import intel
+from gpu_exporter.sources.sysfs.pci import PciGpu
+from gpu_exporter.sources.sysfs.sysfs import Problems
 
 
 class IntelCollector(SysfsGpuCollector):

@@ -23,16 +23,16 @@ CASES: dict[str, dict[str, tuple[str, ...]]] = {
     "a device metric (any vendor)": {
         "gpu_exporter/catalogue.py": (),
         "gpu_exporter/records.py": ("GpuReading",),
-        "gpu_exporter/nvml/values.py": (),
-        "gpu_exporter/readers/amd.py": (),
-        "gpu_exporter/readers/intel.py": (),
+        "gpu_exporter/sources/nvml/values.py": (),
+        "gpu_exporter/sources/sysfs/amd.py": (),
+        "gpu_exporter/sources/sysfs/intel.py": (),
         "gpu_exporter/device_families.py": (),
     },
     "a process metric": {
         "gpu_exporter/catalogue.py": (),
         "gpu_exporter/labels.py": ("ProcessLabels",),
-        "gpu_exporter/nvml/processes.py": (),
-        "gpu_exporter/readers/fdinfo.py": (),
+        "gpu_exporter/sources/nvml/processes.py": (),
+        "gpu_exporter/sources/procfs/fdinfo.py": (),
         "gpu_exporter/collectors/processes.py": (),
     },
     "an eBPF probe": {

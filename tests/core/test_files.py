@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gpu_exporter.readers import files, sysfs
+from gpu_exporter.sources import files
+from gpu_exporter.sources.sysfs import sysfs
 
 CAP = 4096
 
@@ -155,7 +156,7 @@ def test_every_system_file_is_read_through_readers_files() -> None:
     found = {}
     for path in sorted((repo / "gpu_exporter").rglob("*.py")):
         rel = str(path.relative_to(repo))
-        if rel == "gpu_exporter/readers/files.py" or rel in NOT_SYSTEM_FILES:
+        if rel == "gpu_exporter/sources/files.py" or rel in NOT_SYSTEM_FILES:
             continue
         reads = _direct_reads(path)
         if reads:

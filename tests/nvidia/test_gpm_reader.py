@@ -13,8 +13,8 @@ from typing import Any
 import pynvml
 import pytest
 
-from gpu_exporter.nvml import gpm
-from gpu_exporter.nvml.calls import DeviceLost
+from gpu_exporter.sources.nvml import gpm
+from gpu_exporter.sources.nvml.calls import DeviceLost
 from tests.fake_nvml import scenario as fake
 
 H100_0 = {"engine_active_ratio": 0.85, "sm_active_ratio": 0.60, "sm_occupancy_ratio": 0.30,

@@ -31,9 +31,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpu_exporter.readers import amd_gpu_metrics, hwmon
-from gpu_exporter.readers.pci import PciGpu, device_name
-from gpu_exporter.readers.sysfs import (
+from gpu_exporter.records import ErrorType, GpuIdentity, GpuReading, GpuTask
+from gpu_exporter.sources.sysfs import amd_gpu_metrics, hwmon
+from gpu_exporter.sources.sysfs.pci import PciGpu, device_name
+from gpu_exporter.sources.sysfs.sysfs import (
     Layouts,
     Problems,
     has_values,
@@ -43,7 +44,6 @@ from gpu_exporter.readers.sysfs import (
     read_int,
     read_text,
 )
-from gpu_exporter.records import ErrorType, GpuIdentity, GpuReading, GpuTask
 
 DRIVERS = ("amdgpu",)
 MAX_BYTES = 1 << 50  # 1 PiB of VRAM: anything above is garbage

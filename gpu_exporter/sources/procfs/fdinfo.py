@@ -38,9 +38,9 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from gpu_exporter.readers.pci import normalize_pci_address
-from gpu_exporter.readers.sysfs import Unreadable, read_bytes
 from gpu_exporter.records import GpuTask
+from gpu_exporter.sources.sysfs.pci import normalize_pci_address
+from gpu_exporter.sources.sysfs.sysfs import Unreadable, read_bytes
 
 DRIVERS: frozenset[str] = frozenset({"amdgpu", "i915", "xe"})
 _MAX_FDINFO_BYTES = 16384

@@ -27,8 +27,6 @@ from collections.abc import Mapping
 import pynvml
 
 from gpu_exporter.features import Availability
-from gpu_exporter.nvml.calls import FIX_CHECK, FIX_UPDATE
-from gpu_exporter.nvml.fields import Field
 from gpu_exporter.records import (
     Direction,
     NvlinkErrorType,
@@ -36,6 +34,8 @@ from gpu_exporter.records import (
     NvlinkState,
 )
 from gpu_exporter.settings import Option
+from gpu_exporter.sources.nvml.calls import FIX_CHECK, FIX_UPDATE
+from gpu_exporter.sources.nvml.fields import Field
 
 PER_LINK = Option(
     "collector.nvidia.nvlink-per-link", bool, False,

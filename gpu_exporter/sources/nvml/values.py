@@ -11,9 +11,6 @@ from typing import Any
 import pynvml
 
 from gpu_exporter import xid_catalog
-from gpu_exporter.nvml import fields, nvlink, pcie
-from gpu_exporter.nvml.calls import Calls, DeviceLost, Versions, by_name
-from gpu_exporter.nvml.devices import NvmlDevice
 from gpu_exporter.records import (
     RECOVERY_ACTIONS,
     EccSeverity,
@@ -26,6 +23,9 @@ from gpu_exporter.records import (
     RecoveryAction,
     VgpuLicenseState,
 )
+from gpu_exporter.sources.nvml import fields, nvlink, pcie
+from gpu_exporter.sources.nvml.calls import Calls, DeviceLost, Versions, by_name
+from gpu_exporter.sources.nvml.devices import NvmlDevice
 
 # nvmlClocksEventReason* bits, named as the metric's `reason` label.
 CLOCK_EVENT_REASONS: Mapping[str, int] = {

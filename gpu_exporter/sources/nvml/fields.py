@@ -18,7 +18,7 @@ from typing import Any
 
 import pynvml
 
-from gpu_exporter.nvml.calls import ABSENT, Calls, Versions, by_name
+from gpu_exporter.sources.nvml.calls import ABSENT, Calls, Versions, by_name
 
 
 @dataclass(frozen=True)

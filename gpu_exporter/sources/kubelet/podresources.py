@@ -17,15 +17,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gpu_exporter.readers.pci import normalize_pci_address
-from gpu_exporter.readers.sysfs import Unreadable
+from gpu_exporter.sources.sysfs.pci import normalize_pci_address
+from gpu_exporter.sources.sysfs.sysfs import Unreadable
 
 if TYPE_CHECKING:
     # grpc + protobuf and the generated messages cost about 11 MiB of resident memory:
     # they are imported on first use (a kubelet socket that exists), not on every host.
     import grpc
 
-    from gpu_exporter.podresources.messages import ListPodResourcesResponse
+    from gpu_exporter.sources.kubelet.podresources_v1.messages import ListPodResourcesResponse
 
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 # Resource names of GPU device plugins (NVIDIA, NVIDIA MIG "mixed" strategy, AMD, Intel).
@@ -120,7 +120,7 @@ class PodResourcesClient:
     def _list_now(self) -> grpc.UnaryUnaryMultiCallable:
         import grpc
 
-        from gpu_exporter.podresources import api_pb2
+        from gpu_exporter.sources.kubelet.podresources_v1 import api_pb2
 
         with self._lock:
             if self._list is None:
@@ -140,7 +140,7 @@ class PodResourcesClient:
         call = self._list_now()
         import grpc
 
-        from gpu_exporter.podresources import api_pb2
+        from gpu_exporter.sources.kubelet.podresources_v1 import api_pb2
 
         try:
             response = call(api_pb2.ListPodResourcesRequest(), timeout=timeout)

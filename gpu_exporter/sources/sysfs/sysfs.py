@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Generic, TypeVar
 
 from gpu_exporter.logs import log_once
-from gpu_exporter.readers import files
 from gpu_exporter.records import GpuReading
+from gpu_exporter.sources import files
 
 # sysfs attributes are at most one page; gpu_metrics blobs are a few hundred bytes.
 MAX_READ_BYTES = 8192

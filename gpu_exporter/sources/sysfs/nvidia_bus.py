@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpu_exporter.nvml.driver import DriverGpus
-from gpu_exporter.readers.pci import PciGpu, device_name, discover
 from gpu_exporter.records import Vendor
+from gpu_exporter.sources.procfs.nvidia_driver import DriverGpus
+from gpu_exporter.sources.sysfs.pci import PciGpu, device_name, discover
 
 NVIDIA_DRIVER = "nvidia"
 _NVIDIA: tuple[Vendor, ...] = ("nvidia",)

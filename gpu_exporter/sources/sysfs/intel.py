@@ -27,9 +27,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpu_exporter.readers import hwmon
-from gpu_exporter.readers.pci import PciGpu, device_name
-from gpu_exporter.readers.sysfs import (
+from gpu_exporter.records import GpuIdentity, GpuReading, GpuTask
+from gpu_exporter.sources.sysfs import hwmon
+from gpu_exporter.sources.sysfs.pci import PciGpu, device_name
+from gpu_exporter.sources.sysfs.sysfs import (
     Layouts,
     Problems,
     has_values,
@@ -38,7 +39,6 @@ from gpu_exporter.readers.sysfs import (
     read_int,
     read_text,
 )
-from gpu_exporter.records import GpuIdentity, GpuReading, GpuTask
 
 DRIVERS = ("i915", "xe")
 MAX_BYTES = 1 << 50

@@ -12,8 +12,10 @@ from typing import Any, TypeVar
 import pynvml
 
 from gpu_exporter.features import Availability
-from gpu_exporter.nvml import fields, nvlink, pcie
-from gpu_exporter.nvml.calls import (
+from gpu_exporter.records import GpuIdentity, PcieLink
+from gpu_exporter.settings import Settings
+from gpu_exporter.sources.nvml import fields, nvlink, pcie
+from gpu_exporter.sources.nvml.calls import (
     ABSENT,
     FIX_CHECK,
     FIX_UPDATE,
@@ -25,12 +27,10 @@ from gpu_exporter.nvml.calls import (
     Versions,
     text,
 )
-from gpu_exporter.nvml.events import XidListener
-from gpu_exporter.nvml.fields import FieldPlan
-from gpu_exporter.nvml.gpm import GPM, GpmDevice
-from gpu_exporter.readers.pci import normalize_pci_address
-from gpu_exporter.records import GpuIdentity, PcieLink
-from gpu_exporter.settings import Settings
+from gpu_exporter.sources.nvml.events import XidListener
+from gpu_exporter.sources.nvml.fields import FieldPlan
+from gpu_exporter.sources.nvml.gpm import GPM, GpmDevice
+from gpu_exporter.sources.sysfs.pci import normalize_pci_address
 
 T = TypeVar("T")
 process_utilization = Versions.of("nvmlDeviceGetProcessUtilization")

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpu_exporter.readers import files
+from gpu_exporter.sources import files
 
 # Pseudo filesystems, and read-only images (squashfs snaps, erofs, iso9660), as the
 # node_exporter leaves them out: their "space" is not disk space anybody manages.

@@ -21,14 +21,14 @@ from typing import Literal, Protocol, TypeVar
 import pynvml
 
 from gpu_exporter.features import Availability
-from gpu_exporter.nvml.calls import Calls, DeviceLost, Versions
-from gpu_exporter.nvml.devices import (
+from gpu_exporter.records import GpuTask
+from gpu_exporter.sources.nvml.calls import Calls, DeviceLost, Versions
+from gpu_exporter.sources.nvml.devices import (
     NvmlDevice,
     instance_id,
     process_utilization,
     utilization_state,
 )
-from gpu_exporter.records import GpuTask
 
 ProcessKind = Literal["compute", "graphics"]
 T = TypeVar("T")

@@ -27,8 +27,9 @@ from functools import partial
 import pynvml
 
 from gpu_exporter.features import Availability
-from gpu_exporter.nvml.bus import BusGpus, read_bus_gpus
-from gpu_exporter.nvml.calls import (
+from gpu_exporter.records import GpuIdentity, HealthState
+from gpu_exporter.settings import Option, Settings
+from gpu_exporter.sources.nvml.calls import (
     FIX_CHECK,
     FIX_DRIVER,
     GONE,
@@ -37,11 +38,10 @@ from gpu_exporter.nvml.calls import (
     init_failure,
     text,
 )
-from gpu_exporter.nvml.devices import IdentityUnreadable, NvmlDevice, discover
-from gpu_exporter.nvml.driver import DriverGpu, DriverGpus, read_driver_gpus
-from gpu_exporter.nvml.events import XidListener
-from gpu_exporter.records import GpuIdentity, HealthState
-from gpu_exporter.settings import Option, Settings
+from gpu_exporter.sources.nvml.devices import IdentityUnreadable, NvmlDevice, discover
+from gpu_exporter.sources.nvml.events import XidListener
+from gpu_exporter.sources.procfs.nvidia_driver import DriverGpu, DriverGpus, read_driver_gpus
+from gpu_exporter.sources.sysfs.nvidia_bus import BusGpus, read_bus_gpus
 from gpu_exporter.worker import Busy, Job, Worker
 
 log = logging.getLogger("gpu_exporter.nvidia")

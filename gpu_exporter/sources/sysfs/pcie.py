@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from gpu_exporter.readers.pci import normalize_pci_address
-from gpu_exporter.readers.sysfs import Layouts, Problems, parse_int, read_text
 from gpu_exporter.records import ErrorType, PcieErrorType, PcieLink
+from gpu_exporter.sources.sysfs.pci import normalize_pci_address
+from gpu_exporter.sources.sysfs.sysfs import Layouts, Problems, parse_int, read_text
 
 N = TypeVar("N", int, float)
 
