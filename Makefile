@@ -48,7 +48,7 @@ lint: venv
 	$(BIN)/mypy
 
 docs: venv
-	$(PY) -m gpu_exporter.docs > docs/metrics.md
+	$(PY) scripts/gen-metrics-doc.py > docs/metrics.md
 	$(PY) -m gpu_exporter.ebpf.probe_table docs/ebpf.md
 	$(PY) scripts/gen-flags-doc.py
 

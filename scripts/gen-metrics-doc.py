@@ -1,5 +1,6 @@
-"""Generates docs/metrics.md from the catalogue's label schemas: `python -m
-gpu_exporter.docs`."""
+"""Generates docs/metrics.md from the catalogue's label schemas: `python
+scripts/gen-metrics-doc.py > docs/metrics.md` (`make docs`); a build tool, outside the
+runtime package."""
 
 from __future__ import annotations
 
