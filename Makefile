@@ -53,7 +53,8 @@ docs: venv
 	$(PY) scripts/gen-flags-doc.py
 
 # The kubelet PodResources messages are committed; regenerate after changing api.proto.
-# No .pyi: what the exporter reads of them is typed in gpu_exporter/podresources/messages.py.
+# No .pyi: what the exporter reads of them is typed in
+# gpu_exporter/sources/kubelet/podresources_v1/messages.py.
 podresources-stubs: venv
 	$(PY) -m grpc_tools.protoc -I. --python_out=. gpu_exporter/sources/kubelet/podresources_v1/api.proto
 

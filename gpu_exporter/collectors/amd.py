@@ -1,5 +1,5 @@
 """AMD GPUs (amdgpu) from sysfs: every hw_gpu_* family the kernel exposes, no vendor
-daemon. What is read from where: `gpu_exporter.readers.amd`."""
+daemon. What is read from where: `gpu_exporter.sources.sysfs.amd`."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Intel GPUs (i915 and xe) from sysfs and DRM fdinfo. What is read from where:
-`gpu_exporter.readers.intel`; engine utilization: `gpu_exporter.readers.fdinfo`.
+`gpu_exporter.sources.sysfs.intel`; engine utilization: `gpu_exporter.sources.procfs.fdinfo`.
 
 Engine utilization is the sum over the DRM clients of each card between two scrapes
 (`fdinfo.EngineUsage`): absent on the first scrape, and absent for a card no process had

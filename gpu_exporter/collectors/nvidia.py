@@ -1,4 +1,4 @@
-"""NVIDIA GPUs through the process's NVML stack (`gpu_exporter.nvml`), read each scrape
+"""NVIDIA GPUs through the process's NVML stack (`gpu_exporter.sources.nvml`), read each scrape
 in lanes (`nvml.lanes`): a GPU whose NVML call hangs reads `hw_gpu_up 0` this scrape and
 while the call is stuck, the others report fully, and no thread piles up.
 

@@ -2,7 +2,7 @@
 container and Kubernetes pod of each, and (opt-in) each GPU's pod on its device series.
 
 Sources: NVML for NVIDIA, DRM fdinfo for AMD and Intel (the shared walker in
-`readers.fdinfo`), `/proc/<pid>/{comm,cgroup,stat}` for the process, the kubelet's
+`sources.procfs.fdinfo`), `/proc/<pid>/{comm,cgroup,stat}` for the process, the kubelet's
 PodResources API for pod names. Each source is optional: without NVML, fdinfo clients or
 a kubelet the others still report.
 """

@@ -10,7 +10,7 @@ it never waits on the file and never holds more of it than its caller's cap.
   the cap is refused unread; a file that says 0 (procfs) or 4096 (sysfs) is read up to
   the cap plus one byte, and refused when that byte comes. `head` reads only the start
   of a file that may legitimately be long (`/proc/stat`'s first line), and is the one
-  read of a sysfs attribute (`readers.sysfs`).
+  read of a sysfs attribute (`sources.sysfs.sysfs`).
 
 A refused file raises `Refused`, an OSError with a message that says why ("is a FIFO,
 not a regular file", "is larger than 1048576 bytes"), so that every caller that already

@@ -1,4 +1,4 @@
-"""The GPM reader (`gpu_exporter/nvml/gpm.py`) in this process, over the real nvidia-ml-py
+"""The GPM reader (`gpu_exporter/sources/nvml/gpm.py`) in this process, over the real nvidia-ml-py
 bindings and the fake NVML's GPM (opaque samples, counters integrated between two sample
 reads, a return code per metric): values and their conversion to ratios, the window
 between samples, close reads, MIG GPU instances, unsupported GPUs, a driver that does not
