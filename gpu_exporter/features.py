@@ -1,6 +1,6 @@
 """Whether a collector, or one optional part of it, runs: its state, why not, and the fix.
 
-A bottom-layer module (it imports nothing of the package): the sources under `nvml/`
+A bottom-layer module (it imports nothing of the package): the sources under `sources/`
 report their features' states with these types, the collectors above them hand them to
 the exporter, and `doctor` and `gpu_exporter_feature_status` show them.
 """

@@ -17,13 +17,13 @@ from gpu_exporter.collectors.base import Availability, Collector, CollectorFault
 from gpu_exporter.ebpf.attach import MECHANISMS
 from gpu_exporter.ebpf.reading import CallHistogram, CudaActivity, NvmlView
 from gpu_exporter.family import Buckets
-from gpu_exporter.nvml import processes as nvml_processes
-from gpu_exporter.nvml import stack as nvml_stack
-from gpu_exporter.nvml.calls import NvmlUnavailable
-from gpu_exporter.nvml.lanes import Lanes
-from gpu_exporter.nvml.stack import StackBusy
-from gpu_exporter.readers import files
 from gpu_exporter.settings import Option, Settings
+from gpu_exporter.sources import files
+from gpu_exporter.sources.nvml import processes as nvml_processes
+from gpu_exporter.sources.nvml import stack as nvml_stack
+from gpu_exporter.sources.nvml.calls import NvmlUnavailable
+from gpu_exporter.sources.nvml.lanes import Lanes
+from gpu_exporter.sources.nvml.stack import StackBusy
 
 log = logging.getLogger("gpu_exporter.collectors.ebpf")
 

@@ -9,9 +9,9 @@ from collections.abc import Callable, Sequence
 from gpu_exporter import catalogue as c
 from gpu_exporter.collectors.base import Availability, Collector, Feature, Sink
 from gpu_exporter.flagtypes import regex
-from gpu_exporter.readers import host
 from gpu_exporter.records import Direction
 from gpu_exporter.settings import Option
+from gpu_exporter.sources.procfs import host
 
 
 def _exclude(name: str, default: str, what: str, by_default: str = "") -> Option[str]:
@@ -77,7 +77,7 @@ class HostCollector(Collector):
     @staticmethod
     def _unread(procfs: str) -> list[str]:
         """What of the host's sources cannot be read, and why (a FIFO, a device, a file
-        over its cap where the kernel's should be: `readers.files`)."""
+        over its cap where the kernel's should be: `sources.files`)."""
         out = []
         never = re.compile(r"(?!)")
         reads: tuple[tuple[str, Callable[[], object]], ...] = (

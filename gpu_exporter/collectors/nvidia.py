@@ -1,4 +1,4 @@
-"""NVIDIA GPUs through the process's NVML stack (`gpu_exporter.nvml`), read each scrape
+"""NVIDIA GPUs through the process's NVML stack (`gpu_exporter.sources.nvml`), read each scrape
 in lanes (`nvml.lanes`): a GPU whose NVML call hangs reads `hw_gpu_up 0` this scrape and
 while the call is stuck, the others report fully, and no thread piles up.
 
@@ -26,16 +26,16 @@ from gpu_exporter.collectors.base import (
     Sink,
     device_features,
 )
-from gpu_exporter.nvml import fields, nvlink, values
-from gpu_exporter.nvml import stack as nvml_stack
-from gpu_exporter.nvml.calls import FIX_CHECK, FIX_UPDATE, NvmlGone, NvmlUnavailable
-from gpu_exporter.nvml.devices import NvmlDevice
-from gpu_exporter.nvml.events import XidListener
-from gpu_exporter.nvml.gpm import GPM, MIN_WINDOW_SECONDS
-from gpu_exporter.nvml.lanes import Lanes
-from gpu_exporter.nvml.stack import DEVFS, PCI, Session, StackBusy
 from gpu_exporter.records import GpuReading
 from gpu_exporter.settings import Settings
+from gpu_exporter.sources.nvml import fields, nvlink, values
+from gpu_exporter.sources.nvml import stack as nvml_stack
+from gpu_exporter.sources.nvml.calls import FIX_CHECK, FIX_UPDATE, NvmlGone, NvmlUnavailable
+from gpu_exporter.sources.nvml.devices import NvmlDevice
+from gpu_exporter.sources.nvml.events import XidListener
+from gpu_exporter.sources.nvml.gpm import GPM, MIN_WINDOW_SECONDS
+from gpu_exporter.sources.nvml.lanes import Lanes
+from gpu_exporter.sources.nvml.stack import DEVFS, PCI, Session, StackBusy
 
 log = logging.getLogger("gpu_exporter.nvidia")
 

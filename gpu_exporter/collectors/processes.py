@@ -2,7 +2,7 @@
 container and Kubernetes pod of each, and (opt-in) each GPU's pod on its device series.
 
 Sources: NVML for NVIDIA, DRM fdinfo for AMD and Intel (the shared walker in
-`readers.fdinfo`), `/proc/<pid>/{comm,cgroup,stat}` for the process, the kubelet's
+`sources.procfs.fdinfo`), `/proc/<pid>/{comm,cgroup,stat}` for the process, the kubelet's
 PodResources API for pod names. Each source is optional: without NVML, fdinfo clients or
 a kubelet the others still report.
 """
@@ -29,27 +29,28 @@ from gpu_exporter.collectors.base import (
 )
 from gpu_exporter.collectors.sysfs_gpus import drm_clients
 from gpu_exporter.labels import PodLabels, ProcessLabels, known
-from gpu_exporter.nvml import processes as nvml_processes
-from gpu_exporter.nvml import stack as nvml_stack
-from gpu_exporter.nvml.calls import NvmlGone, NvmlUnavailable
-from gpu_exporter.nvml.devices import NvmlDevice
-from gpu_exporter.nvml.lanes import Lanes, Run
-from gpu_exporter.nvml.stack import Session, StackBusy
 from gpu_exporter.process_cap import ProcessCap
 from gpu_exporter.process_energy import ProcessKey
-from gpu_exporter.readers import fdinfo, podliveness
-from gpu_exporter.readers.pci import normalize_pci_address
-from gpu_exporter.readers.podresources import (
+from gpu_exporter.records import GpuTask
+from gpu_exporter.settings import Option
+from gpu_exporter.sources.kubelet import podliveness
+from gpu_exporter.sources.kubelet.podresources import (
     DEFAULT_SOCKET,
     ContainerRef,
     PodResourcesClient,
     PodResourcesError,
     socket_problem,
 )
-from gpu_exporter.readers.procinfo import ProcessInfo, ProcessTable
-from gpu_exporter.readers.sysfs import Unreadable, read_uevent
-from gpu_exporter.records import GpuTask
-from gpu_exporter.settings import Option
+from gpu_exporter.sources.nvml import processes as nvml_processes
+from gpu_exporter.sources.nvml import stack as nvml_stack
+from gpu_exporter.sources.nvml.calls import NvmlGone, NvmlUnavailable
+from gpu_exporter.sources.nvml.devices import NvmlDevice
+from gpu_exporter.sources.nvml.lanes import Lanes, Run
+from gpu_exporter.sources.nvml.stack import Session, StackBusy
+from gpu_exporter.sources.procfs import fdinfo
+from gpu_exporter.sources.procfs.procinfo import ProcessInfo, ProcessTable
+from gpu_exporter.sources.sysfs.pci import normalize_pci_address
+from gpu_exporter.sources.sysfs.sysfs import Unreadable, read_uevent
 
 SOCKET_OPTION = Option(
     "processes.kubelet-socket", str, DEFAULT_SOCKET,

@@ -20,11 +20,12 @@ from pathlib import Path
 
 from gpu_exporter import flagtypes
 from gpu_exporter.collectors.base import Availability, Collector, Sink
-from gpu_exporter.readers import fdinfo, pcie
-from gpu_exporter.readers.pci import DeviceTracker, PciGpu, not_read_because
-from gpu_exporter.readers.sysfs import Problems, listing
 from gpu_exporter.records import GpuIdentity, GpuReading, Vendor
 from gpu_exporter.settings import Option
+from gpu_exporter.sources.procfs import fdinfo
+from gpu_exporter.sources.sysfs import pcie
+from gpu_exporter.sources.sysfs.pci import DeviceTracker, PciGpu, not_read_because
+from gpu_exporter.sources.sysfs.sysfs import Problems, listing
 
 # Shared by every collector that uses PCI discovery: one flag each, whichever of them
 # are registered.

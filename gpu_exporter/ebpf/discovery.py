@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from gpu_exporter.ebpf.abi import MARKER_SYMBOLS
 from gpu_exporter.ebpf.elf import ElfError, ElfFile
-from gpu_exporter.readers import files
+from gpu_exporter.sources import files
 
 # ~100 bytes a mapping: 160,000 mappings, far past any CUDA process's (a few thousand).
 MAPS_MAX_BYTES = 16 * 1024 * 1024

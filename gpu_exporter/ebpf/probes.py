@@ -42,7 +42,7 @@ from gpu_exporter.ebpf.reading import (
     order,
 )
 from gpu_exporter.ebpf.resolve import Resolver
-from gpu_exporter.readers import files
+from gpu_exporter.sources import files
 
 log = logging.getLogger("gpu_exporter.ebpf")
 

@@ -13,7 +13,7 @@ from gpu_exporter.ebpf import abi
 from gpu_exporter.ebpf.discovery import FileId, Mapping, open_path, read_maps
 from gpu_exporter.ebpf.elf import ElfError, ElfFile, ElfSymbols
 from gpu_exporter.ebpf.names import UNKNOWN, NameCap, kernel_name
-from gpu_exporter.readers.pci import normalize_pci_address
+from gpu_exporter.sources.sysfs.pci import normalize_pci_address
 
 Handle = tuple[int, int]  # (tgid, handle value)
 

@@ -102,7 +102,7 @@ _IMPORT_STEPS = (
     ("pyroute2 (host network counters)", "import pyroute2"),
     ("the rest of gpu_exporter", "import gpu_exporter.cli"),
     ("only on a Kubernetes node: grpc + protobuf (kubelet PodResources client)",
-     "import grpc, gpu_exporter.podresources.api_pb2"),
+     "import grpc, gpu_exporter.sources.kubelet.podresources_v1.api_pb2"),
     ("only with --web.config.file: yaml, bcrypt", "import yaml, bcrypt"),
 )
 _DEFAULT_PATH_STEPS = 4  # the steps above that every exporter loads

@@ -22,7 +22,7 @@ import pytest
 from prometheus_client.exposition import generate_latest
 
 from gpu_exporter.collectors.processes import ProcessesCollector
-from gpu_exporter.nvml.gpm import MIN_WINDOW_SECONDS
+from gpu_exporter.sources.nvml.gpm import MIN_WINDOW_SECONDS
 from tests.bench import fleet, floor, procstat
 from tests.bench.conftest import Results
 from tests.bench.stats import percentile
@@ -108,7 +108,7 @@ def test_breakdown(benchmark: Any, results: Results, tmp_path: Path) -> None:
     kernel-name series) timed alone, round
     by round next to the whole scrape and the floor."""
     from gpu_exporter.collectors.base import Sink
-    from gpu_exporter.readers.procinfo import ProcessTable
+    from gpu_exporter.sources.procfs.procinfo import ProcessTable
 
     sc = fleet.scenario(8, PROCESSES, 0)
     pids = [pid for d in sc.devices for _, pid, *_ in d.processes]

@@ -2,7 +2,7 @@
 with plain open/read, side by side in one run.
 
 Reader: one read of every card of the vendor, as one scrape does
-(`readers.amd.AmdReader.read`, `readers.intel.IntelReader.read`, identities and each
+(`sources.sysfs.amd.AmdReader.read`, `sources.sysfs.intel.IntelReader.read`, identities and each
 card's layout already known, as after the first scrape). Floor: the files that very
 read opened and the folders it listed, recorded while it ran (`os.open` and
 `os.listdir` wrapped), replayed with nothing but `os.open` + `os.read` + `os.close` per
@@ -24,10 +24,10 @@ from typing import Any
 
 import pytest
 
-from gpu_exporter.readers import amd, intel
-from gpu_exporter.readers.pci import discover
-from gpu_exporter.readers.sysfs import Problems
 from gpu_exporter.records import GpuReading
+from gpu_exporter.sources.sysfs import amd, intel
+from gpu_exporter.sources.sysfs.pci import discover
+from gpu_exporter.sources.sysfs.sysfs import Problems
 from tests.bench import procstat
 from tests.bench.conftest import Results
 from tests.bench.stats import percentile

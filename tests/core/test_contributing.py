@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import re
+import tomllib
 from collections import defaultdict
 
 import pytest
@@ -23,16 +24,16 @@ CASES: dict[str, dict[str, tuple[str, ...]]] = {
     "a device metric (any vendor)": {
         "gpu_exporter/catalogue.py": (),
         "gpu_exporter/records.py": ("GpuReading",),
-        "gpu_exporter/nvml/values.py": (),
-        "gpu_exporter/readers/amd.py": (),
-        "gpu_exporter/readers/intel.py": (),
+        "gpu_exporter/sources/nvml/values.py": (),
+        "gpu_exporter/sources/sysfs/amd.py": (),
+        "gpu_exporter/sources/sysfs/intel.py": (),
         "gpu_exporter/device_families.py": (),
     },
     "a process metric": {
         "gpu_exporter/catalogue.py": (),
         "gpu_exporter/labels.py": ("ProcessLabels",),
-        "gpu_exporter/nvml/processes.py": (),
-        "gpu_exporter/readers/fdinfo.py": (),
+        "gpu_exporter/sources/nvml/processes.py": (),
+        "gpu_exporter/sources/procfs/fdinfo.py": (),
         "gpu_exporter/collectors/processes.py": (),
     },
     "an eBPF probe": {
@@ -148,3 +149,18 @@ def test_each_kind_of_family_is_emitted_where_the_table_says() -> None:
             continue
         expected = ELSEWHERE.get(fam.name, EMITTED_IN[fam.scope])
         assert emitters[fam.name] == {expected}, fam.name
+
+
+def test_the_sources_row_names_every_folder_of_sources_and_the_layers_list_it() -> None:
+    """Each kind of source has a folder of gpu_exporter/sources/; the row sends a newcomer
+    to each, and each is a line of the layers table (unlisted, a folder would fall in the
+    model layer, below the files reader it needs)."""
+    row = ROWS["a source of readings"]
+    layers = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["gpu-exporter"]
+    listed = {m for layer in layers["layers"] for m in layer["modules"]}
+    folders = sorted(p.name for p in (REPO / "gpu_exporter" / "sources").iterdir()
+                     if (p / "__init__.py").exists())
+    assert folders, "no folder under gpu_exporter/sources/"
+    for name in folders:
+        assert f"`{name}/`" in row, name
+        assert f"gpu_exporter.sources.{name}" in listed, name

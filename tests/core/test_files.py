@@ -1,4 +1,4 @@
-"""readers.files, the one reader of procfs/sysfs files: regular files only, never
+"""sources.files, the one reader of procfs/sysfs files: regular files only, never
 waiting, never more than the cap; what it refuses says why."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gpu_exporter.readers import files, sysfs
+from gpu_exporter.sources import files
+from gpu_exporter.sources.sysfs import sysfs
 
 CAP = 4096
 
@@ -143,19 +144,19 @@ def _direct_reads(path: Path) -> list[str]:
                 fn.value.id == "os" and fn.attr == "open"):
             out.append(f"{node.lineno}: os.open()")
         elif isinstance(fn, ast.Attribute) and fn.attr in ("read_text", "read_bytes") \
-                and not node.args:  # pathlib's, not readers.files/readers.sysfs
+                and not node.args:  # pathlib's, not sources.files/sources.sysfs.sysfs
             out.append(f"{node.lineno}: .{fn.attr}()")
     return out
 
 
 def test_every_system_file_is_read_through_readers_files() -> None:
     """No open(), os.open(), Path.read_text()/read_bytes() or psutil outside
-    readers/files.py: a read that bypasses it can wait on a FIFO or read a huge file."""
+    sources/files.py: a read that bypasses it can wait on a FIFO or read a huge file."""
     repo = Path(__file__).resolve().parents[2]
     found = {}
     for path in sorted((repo / "gpu_exporter").rglob("*.py")):
         rel = str(path.relative_to(repo))
-        if rel == "gpu_exporter/readers/files.py" or rel in NOT_SYSTEM_FILES:
+        if rel == "gpu_exporter/sources/files.py" or rel in NOT_SYSTEM_FILES:
             continue
         reads = _direct_reads(path)
         if reads:

@@ -164,12 +164,13 @@ def test_the_package_has_no_import_cycle() -> None:
 # for, or the two tests above could pass by finding nothing.
 TOY = {
     "__init__.py": "",
-    "nvml/__init__.py": "",
+    "sources/__init__.py": "",
+    "sources/nvml/__init__.py": "",
     # a function-level import, relative, upwards into the collectors' package
-    "nvml/devices.py": "def f():\n    from ..collectors import base\n",
+    "sources/nvml/devices.py": "def f():\n    from ...collectors import base\n",
     "collectors/__init__.py": "from gpu_exporter.collectors import nvidia\n",
     "collectors/base.py": "",
-    "collectors/nvidia.py": "import gpu_exporter.nvml.devices\n",
+    "collectors/nvidia.py": "import gpu_exporter.sources.nvml.devices\n",
 }
 
 
@@ -180,11 +181,11 @@ def test_the_checks_find_an_upward_import_and_a_cycle_through_a_package_init(
         (tmp_path / PACKAGE / rel).write_text(text)
     modules = module_files(tmp_path)
     assert upward(modules, tmp_path) == [
-        "gpu_exporter/nvml/devices.py:2: gpu_exporter.nvml.devices (sources) imports "
-        "gpu_exporter.collectors.base (collectors)"]
+        "gpu_exporter/sources/nvml/devices.py:2: gpu_exporter.sources.nvml.devices (sources) "
+        "imports gpu_exporter.collectors.base (collectors)"]
     # nvml.devices -> collectors.base runs collectors/__init__, which imports
     # collectors.nvidia, which imports nvml.devices: the cycle the old import-order
     # trick in nvml/__init__.py kept alive.
     assert cycles(graph(modules, tmp_path)) == [
         ["gpu_exporter.collectors", "gpu_exporter.collectors.nvidia",
-         "gpu_exporter.nvml.devices"]]
+         "gpu_exporter.sources.nvml.devices"]]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from gpu_exporter.nvml import devices, values
+from gpu_exporter.sources.nvml import devices, values
 from tests.bench.floor import recording_nvml
 from tests.fake_nvml import scenario as fake
 from tests.helpers import parse, value

@@ -1,4 +1,4 @@
-"""The GPM reader (`gpu_exporter/nvml/gpm.py`) in this process, over the real nvidia-ml-py
+"""The GPM reader (`gpu_exporter/sources/nvml/gpm.py`) in this process, over the real nvidia-ml-py
 bindings and the fake NVML's GPM (opaque samples, counters integrated between two sample
 reads, a return code per metric): values and their conversion to ratios, the window
 between samples, close reads, MIG GPU instances, unsupported GPUs, a driver that does not
@@ -13,8 +13,8 @@ from typing import Any
 import pynvml
 import pytest
 
-from gpu_exporter.nvml import gpm
-from gpu_exporter.nvml.calls import DeviceLost
+from gpu_exporter.sources.nvml import gpm
+from gpu_exporter.sources.nvml.calls import DeviceLost
 from tests.fake_nvml import scenario as fake
 
 H100_0 = {"engine_active_ratio": 0.85, "sm_active_ratio": 0.60, "sm_occupancy_ratio": 0.30,

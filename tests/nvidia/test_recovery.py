@@ -12,7 +12,7 @@ import pynvml
 import pytest
 
 from gpu_exporter import xid_catalog
-from gpu_exporter.nvml import devices, values
+from gpu_exporter.sources.nvml import devices, values
 from tests.bench.floor import recording_nvml
 from tests.fake_nvml import scenario as fake
 from tests.helpers import find, parse, value

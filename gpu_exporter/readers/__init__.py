@@ -1,1 +1,0 @@
-"""Readers: hardware and kernel sources to typed, base-unit records (no Prometheus here)."""
