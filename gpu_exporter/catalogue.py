@@ -562,6 +562,29 @@ GPU_CUDA_ERRORS = Counter(
 )
 
 # --- host --------------------------------------------------------------------------------
+class NodePowerLabels(TypedDict):
+    hw_type: str  # OpenTelemetry hw.type: "cpu", "memory"; "module" (a superchip), "system"
+    hw_id: str  # the socket ("socket0") or module ("module0"); "system": the ACPI device
+    # what the source calls the rail: RAPL's "package", "dram", "core"; the ACPI power
+    # meter's "socket", "cpu", "sysio", "module" (Grace), "system" (a whole-node meter)
+    hw_power_rail: str
+
+
+HW_POWER = Gauge(
+    "hw_power_watts",
+    "Power of a part of the node other than a GPU (OpenTelemetry hw.power): a CPU "
+    "socket, its memory, a superchip module.", H, NodePowerLabels, unit="watts",
+    sources="ACPI power meter power1_average (µW); RAPL powercap energy_uj between "
+    "scrapes. One source per rail: docs/node-power.md",
+)
+HW_ENERGY = Counter(
+    "hw_energy_joules_total",
+    "Energy of a part of the node other than a GPU (OpenTelemetry hw.energy); never goes "
+    "back across the counter's wrap.", H, NodePowerLabels, unit="joules",
+    sources="RAPL powercap energy_uj (µJ), its wrap at max_energy_range_uj added",
+)
+
+
 SYSTEM_CPU_UTILIZATION = Gauge(
     "system_cpu_utilization_ratio", "CPU busy fraction since the last scrape (0..1).",
     H, NoLabels, unit="ratio", sources="/proc/stat",
