@@ -575,7 +575,8 @@ HW_POWER = Gauge(
     "Power of a part of the node other than a GPU (OpenTelemetry hw.power): a CPU "
     "socket, its memory, a superchip module.", H, NodePowerLabels, unit="watts",
     sources="ACPI power meter power1_average (µW); RAPL powercap energy_uj between "
-    "scrapes. One source per rail: docs/node-power.md",
+    "scrapes; NVML module power scope (mW, once per nvmlDeviceGetPlatformInfo module). "
+    "One source per rail: docs/node-power.md",
 )
 HW_ENERGY = Counter(
     "hw_energy_joules_total",
