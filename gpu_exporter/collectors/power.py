@@ -128,7 +128,7 @@ class PowerCollector(Collector):
             if raw is None:
                 continue
             now = time.monotonic()
-            joules = self._totals.joules(zone, raw)
+            joules = self._totals.joules(zone, raw, now)
             labels = _Rail(zone.hw_type, zone.hw_id, zone.rail).labels()
             c.HW_ENERGY.emit(sink, joules, labels)
             before = self._last.get(zone.energy_file)

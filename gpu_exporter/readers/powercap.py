@@ -21,6 +21,8 @@ from gpu_exporter.readers.sysfs import Problems, listing, numbered, read_int, re
 
 CONTROL_TYPE = "intel-rapl"
 MICRO = 1e-6
+# No CPU package or DRAM zone draws this: a "wrap" that would mean more was a restart.
+MAX_ZONE_WATTS = 5000.0
 # subzone name -> (hw_type, rail)
 _SUBZONES = {"dram": ("memory", "dram"), "core": ("cpu", "core")}
 
@@ -85,23 +87,34 @@ def read_uj(zone: Zone, problems: Problems) -> int | None:
 
 @dataclass
 class EnergyTotals:
-    """Counters that never go back, from counters that wrap.
+    """Counters that never go back, from counters that wrap or restart.
 
-    A raw value below the last one is one wrap: the range is added to the zone's offset.
-    Between two scrapes (seconds apart) a zone cannot count a whole range (hundreds of
-    kJ), so one wrap is the only reading. The total starts at the first raw value: the
-    exporter restarts with the machine, so a reboot is a counter reset, as Prometheus
-    expects (rate() and increase() handle it)."""
+    A raw value below the last one is a wrap, or the counter starting again from 0 (the
+    RAPL driver reloaded). A wrap adds what was left to the range plus the new value; when
+    that would mean more than `MAX_ZONE_WATTS` since the last read, no wrap can explain
+    it, and it is a restart: the new value alone is added. Either way the total only
+    grows. The total starts at the first raw value: the exporter restarts with the
+    machine, so a reboot is a counter reset, as Prometheus expects (rate() and increase()
+    handle it)."""
 
-    _last: dict[str, int] = field(default_factory=dict)
-    _offset: dict[str, int] = field(default_factory=dict)
+    _last: dict[str, tuple[int, float]] = field(default_factory=dict)  # raw µJ, seconds
+    _total: dict[str, int] = field(default_factory=dict)  # µJ
 
-    def joules(self, zone: Zone, raw_uj: int) -> float:
+    def joules(self, zone: Zone, raw_uj: int, now: float) -> float:
+        """The zone's total in J after a read of `raw_uj` at `now` (monotonic seconds)."""
         key = zone.energy_file
         last = self._last.get(key)
-        offset = self._offset.get(key, 0)
-        if last is not None and raw_uj < last:
-            offset += zone.max_range_uj
-            self._offset[key] = offset
-        self._last[key] = raw_uj
-        return (raw_uj + offset) * MICRO
+        if last is None:
+            total = raw_uj
+        else:
+            before, then = last
+            if raw_uj >= before:
+                delta = raw_uj - before
+            else:
+                wrapped = zone.max_range_uj - before + raw_uj
+                seconds = max(now - then, 1e-3)
+                delta = wrapped if wrapped * MICRO / seconds <= MAX_ZONE_WATTS else raw_uj
+            total = self._total[key] + delta
+        self._last[key] = (raw_uj, now)
+        self._total[key] = total
+        return total * MICRO

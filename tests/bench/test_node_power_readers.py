@@ -37,7 +37,7 @@ def test_node_power_readers_vs_plain_reads(benchmark: Any, results: Results,
         out = [power_meter.read_watts(m, problems) for m in meters]
         for z in zones:
             raw = powercap.read_uj(z, problems)
-            out.append(None if raw is None else totals.joules(z, raw))
+            out.append(None if raw is None else totals.joules(z, raw, time.monotonic()))
         return out
 
     read()

@@ -94,18 +94,24 @@ def test_rapl_zones_of_intel_and_amd(tmp_path: Path) -> None:
     assert problems.items == []
 
 
-def test_rapl_counter_never_goes_back_across_its_wrap(tmp_path: Path) -> None:
+def test_rapl_counter_never_goes_back_across_its_wrap_or_a_restart(tmp_path: Path) -> None:
     t.amd_epyc(tmp_path)
     zone = powercap.find_zones(str(tmp_path), Problems())[0]
     totals = powercap.EnergyTotals()
-    before = t.AMD_RANGE_UJ - 5_000_000
-    assert totals.joules(zone, before) == pytest.approx(before / 1e6)
-    # 5 J to the wrap, 2 J after it: 7 J more, never a drop to 2 J
-    assert totals.joules(zone, 2_000_000) == pytest.approx(before / 1e6 + 7.0, abs=1e-6)
-    assert totals.joules(zone, 3_000_000) == pytest.approx(before / 1e6 + 8.0, abs=1e-6)
-    # a second wrap adds a second range
-    assert totals.joules(zone, 1_000_000) == pytest.approx(
-        (2 * t.AMD_RANGE_UJ + 1_000_000) / 1e6, abs=1e-6)
+    top = t.AMD_RANGE_UJ
+    start = (top - 5_000_000) / 1e6
+    assert totals.joules(zone, top - 5_000_000, 0.0) == pytest.approx(start, abs=1e-6)
+    # 5 J to the wrap, 2 J after it: 7 J more in a second, never a drop to 2 J
+    assert totals.joules(zone, 2_000_000, 1.0) == pytest.approx(start + 7, abs=1e-6)
+    assert totals.joules(zone, 3_000_000, 2.0) == pytest.approx(start + 8, abs=1e-6)
+    # the driver reloaded: 0.5 J a second later. A wrap would be 65 kJ in one second,
+    # which no zone draws: the counter started again, and only its 0.5 J is added
+    assert totals.joules(zone, 500_000, 3.0) == pytest.approx(start + 8.5, abs=1e-6)
+    # 65 W for a thousand seconds up to the top, then a real wrap: 1 J + 1 J
+    assert totals.joules(zone, top - 1_000_000, 1003.0) == pytest.approx(
+        start + 8 + (top - 1_000_000) / 1e6, abs=1e-6)
+    assert totals.joules(zone, 1_000_000, 1004.0) == pytest.approx(
+        start + 8 + (top + 1_000_000) / 1e6, abs=1e-6)
 
 
 def test_rapl_value_over_its_range_is_garbage(tmp_path: Path) -> None:
@@ -195,13 +201,14 @@ def test_a_reboot_is_a_counter_reset(tmp_path: Path) -> None:
 
 
 def test_a_running_exporter_counts_across_the_wrap(tmp_path: Path) -> None:
-    package = t.amd_epyc(tmp_path, start_uj=t.AMD_RANGE_UJ - 4_000_000)["package-0"]
+    package = t.amd_epyc(tmp_path, start_uj=t.AMD_RANGE_UJ - 400_000)["package-0"]
     with exporter(flags(tmp_path)) as exp:
         first = value(parse(exp.scrape()), "hw_energy_joules_total",
                       hw_power_rail="package")
-        package.write_text("6000000\n")  # 4 J to the wrap, 6 J after it
+        # 0.4 J to the wrap, 0.6 J after it (1 J: a wrap however soon the next scrape)
+        package.write_text("600000\n")
         s = parse(exp.scrape())
         assert value(s, "hw_energy_joules_total", hw_power_rail="package") == \
-            pytest.approx(first + 10.0)
+            pytest.approx(first + 1.0, abs=1e-6)
         # power from the counter between scrapes: positive across the wrap
         assert value(s, "hw_power_watts", hw_power_rail="package") > 0
