@@ -49,16 +49,17 @@ class _Rail:
         return {"hw_type": self.hw_type, "hw_id": self.hw_id, "hw_power_rail": self.rail}
 
 
-def _rapl_unreadable(zones: Sequence[powercap.Zone]) -> str | None:
-    """Why the counters cannot be read (the first zone's answer), or None."""
+def _rapl_unreadable(zones: Sequence[powercap.Zone]) -> Availability | None:
+    """Why the counters cannot be read (the first zone's answer), with the fix; None when
+    they can."""
+    path = zones[0].energy_file
     try:
-        files.head(zones[0].energy_file, 64, whole=True)
-    except PermissionError:
-        return f"{zones[0].energy_file}: permission denied"
+        files.head(path, 64, whole=True)
     except OSError as exc:
-        if exc.errno == errno.EACCES:
-            return f"{zones[0].energy_file}: permission denied"
-        return f"{zones[0].energy_file}: {exc}"
+        if exc.errno in (errno.EACCES, errno.EPERM):
+            return Availability.unavailable(f"{path}: permission denied", RAPL_FIX)
+        return Availability.unavailable(
+            f"{path}: {exc}", "check the RAPL driver (dmesg: intel_rapl_common)")
     return None
 
 
@@ -106,9 +107,9 @@ class PowerCollector(Collector):
             return Availability.disabled(
                 f"no RAPL package zone under {sysfs}/class/powercap",
                 "on x86 (Intel, AMD Zen): modprobe intel_rapl_msr")
-        why = _rapl_unreadable(zones)
-        if why:
-            return Availability.unavailable(why, RAPL_FIX)
+        unreadable = _rapl_unreadable(zones)
+        if unreadable is not None:
+            return unreadable
         notes = [f"{z.hw_id} {z.rail} taken from the ACPI power meter"
                  for z in self._shadowed] + [m for _, m in self._problems.items]
         return Availability.enabled("; ".join([f"{len(zones)} zone(s)", *notes]))
