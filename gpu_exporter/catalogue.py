@@ -457,12 +457,19 @@ HW_GPU_ENERGY_UNATTRIBUTED = Counter(
 )
 
 
+class GpuAllocationLabels(PodLabels):
+    # the DRA ResourceClaim that gave the GPU (OpenTelemetry has no name for it yet; the
+    # k8s.<kind>.name pattern); absent for a device plugin's GPU
+    k8s_resourceclaim_name: NotRequired[str]
+
+
 K8S_GPU_ALLOCATION_INFO = Gauge(
     "k8s_gpu_allocation_info",
     "1 for each GPU (or MIG device) the kubelet has assigned to a container of a running "
-    "pod, whether or not anything runs on it.", D, PodLabels,
-    sources="kubelet PodResources List; finished pods it still lists (kubernetes#119423) "
-    "left out by their pod log directory and cgroup",
+    "pod, whether or not anything runs on it.", D, GpuAllocationLabels,
+    sources="kubelet PodResources List: device plugins' devices, and DRA claims' CDI "
+    "devices resolved through the node's CDI spec files; finished pods it still lists "
+    "(kubernetes#119423) left out by their pod log directory and cgroup",
 )
 
 # --- CUDA activity (eBPF) ----------------------------------------------------------------
