@@ -306,6 +306,7 @@ def fleet() -> Board:
                       "{{host_name}} GPU {{gpu_index}} {{reason}}"),
                      description="1 while the reason limits the clocks; sw_power_cap under load "
                      "is normal, hw_thermal/sw_thermal/hw_power_brake are not."))
+    node_power(b)
     b.row("Interconnect: PCIe and NVLink")
     b.add(timeseries("PCIe traffic", "Bps",
                      (f"rate(hw_gpu_io_bytes_total{{{SEL}}}[{RI}])",
@@ -461,6 +462,51 @@ def cost() -> Board:
                       "{{host_name}}")))
     who_pays(b)
     return b
+
+
+# The node's own series (no GPU: hw_id is a socket or module), and its CPU-side rails that
+# add up without counting one twice (docs/node-power.md).
+NODE = 'host_name=~"$host", team=~"$team"'
+CPU_SIDE = 'hw_power_rail=~"socket|package|dram"'
+# Slurm jobs holding a whole node: the only job with GPU processes on it (docs/attribution.md)
+WHOLE_NODE_JOBS = (
+    'group by (host_name, slurm_job_id) (process_gpu_memory_usage_bytes{slurm_job_id!=""}) '
+    "and on (host_name) count by (host_name) (group by (host_name, slurm_job_id) "
+    '(process_gpu_memory_usage_bytes{slurm_job_id!=""})) == 1')
+
+
+def node_power(b: Board) -> None:
+    """srt-slurm's benchmark view: power per host and per Slurm job, the GPUs and the rest
+    of the node, at the scrape's own resolution (1 s there)."""
+    b.row("Node power: hosts and Slurm jobs")
+    b.add(timeseries("Power per host: GPUs and CPU side", "watt",
+                     (f"sum by (host_name) (hw_gpu_power_draw_watts{{{SEL}}})",
+                      "{{host_name}} GPUs"),
+                     (f"sum by (host_name) (hw_power_watts{{{NODE}, {CPU_SIDE}}})",
+                      "{{host_name}} CPU side"),
+                     description="CPU side: each socket's envelope (ACPI socket or RAPL "
+                     "package) plus its DRAM; docs/node-power.md."))
+    b.add(timeseries("Node power rails", "watt",
+                     (f"hw_power_watts{{{NODE}}}",
+                      "{{host_name}} {{hw_id}} {{hw_power_rail}}"),
+                     description="Every rail as its source names it. Rails nest (socket > "
+                     "cpu, sysio; package > core; module and system hold the GPUs): do not "
+                     "add them up."))
+    b.add(timeseries("Power per Slurm job: GPUs and CPU side", "watt",
+                     (f'sum by (slurm_job_id) (rate(process_gpu_energy_consumed_joules_total'
+                      f'{{{SEL}, slurm_job_id!=""}}[{RI}]))', "job {{slurm_job_id}} GPUs"),
+                     (f"sum by (slurm_job_id) (sum by (host_name) (hw_power_watts{{{NODE}, "
+                      f"{CPU_SIDE}}}) * on (host_name) group_right () ({WHOLE_NODE_JOBS}))",
+                      "job {{slurm_job_id}} CPU side"),
+                     description="CPU side only for jobs that hold their nodes alone "
+                     "(docs/attribution.md)."))
+    b.add(bargauge("Energy per Slurm job, selected range", "kwatth",
+                   ('sum by (slurm_job_id) (increase(process_gpu_energy_consumed_joules_total'
+                    f'{{{SEL}, slurm_job_id!=""}}[$__range])) / 3.6e6',
+                    "job {{slurm_job_id}} GPUs"),
+                   ("sum by (slurm_job_id) (sum_over_time("
+                    "host_name_slurm_job_id:hw_non_gpu_power_watts[$__range])) * 60 / 3.6e6",
+                    "job {{slurm_job_id}} CPU side")))
 
 
 def who_pays(b: Board) -> None:

@@ -457,12 +457,19 @@ HW_GPU_ENERGY_UNATTRIBUTED = Counter(
 )
 
 
+class GpuAllocationLabels(PodLabels):
+    # the DRA ResourceClaim that gave the GPU (OpenTelemetry has no name for it yet; the
+    # k8s.<kind>.name pattern); absent for a device plugin's GPU
+    k8s_resourceclaim_name: NotRequired[str]
+
+
 K8S_GPU_ALLOCATION_INFO = Gauge(
     "k8s_gpu_allocation_info",
     "1 for each GPU (or MIG device) the kubelet has assigned to a container of a running "
-    "pod, whether or not anything runs on it.", D, PodLabels,
-    sources="kubelet PodResources List; finished pods it still lists (kubernetes#119423) "
-    "left out by their pod log directory and cgroup",
+    "pod, whether or not anything runs on it.", D, GpuAllocationLabels,
+    sources="kubelet PodResources List: device plugins' devices, and DRA claims' CDI "
+    "devices resolved through the node's CDI spec files; finished pods it still lists "
+    "(kubernetes#119423) left out by their pod log directory and cgroup",
 )
 
 # --- CUDA activity (eBPF) ----------------------------------------------------------------
@@ -562,6 +569,30 @@ GPU_CUDA_ERRORS = Counter(
 )
 
 # --- host --------------------------------------------------------------------------------
+class NodePowerLabels(TypedDict):
+    hw_type: str  # OpenTelemetry hw.type: "cpu", "memory"; "module" (a superchip), "system"
+    hw_id: str  # the socket ("socket0") or module ("module0"); "system": the ACPI device
+    # what the source calls the rail: RAPL's "package", "dram", "core"; the ACPI power
+    # meter's "socket", "cpu", "sysio", "module" (Grace), "system" (a whole-node meter)
+    hw_power_rail: str
+
+
+HW_POWER = Gauge(
+    "hw_power_watts",
+    "Power of a part of the node other than a GPU (OpenTelemetry hw.power): a CPU "
+    "socket, its memory, a superchip module.", H, NodePowerLabels, unit="watts",
+    sources="ACPI power meter power1_average (µW); RAPL powercap energy_uj between "
+    "scrapes; NVML module power scope (mW, once per nvmlDeviceGetPlatformInfo module). "
+    "One source per rail: docs/node-power.md",
+)
+HW_ENERGY = Counter(
+    "hw_energy_joules_total",
+    "Energy of a part of the node other than a GPU (OpenTelemetry hw.energy); never goes "
+    "back across the counter's wrap.", H, NodePowerLabels, unit="joules",
+    sources="RAPL powercap energy_uj (µJ), its wrap at max_energy_range_uj added",
+)
+
+
 SYSTEM_CPU_UTILIZATION = Gauge(
     "system_cpu_utilization_ratio", "CPU busy fraction since the last scrape (0..1).",
     H, NoLabels, unit="ratio", sources="/proc/stat",

@@ -11,6 +11,7 @@ from gpu_exporter.collectors.ebpf import EbpfCollector
 from gpu_exporter.collectors.host import HostCollector
 from gpu_exporter.collectors.intel import IntelCollector
 from gpu_exporter.collectors.nvidia import NvidiaCollector
+from gpu_exporter.collectors.power import PowerCollector
 from gpu_exporter.collectors.processes import ProcessesCollector
 
 REGISTRY: tuple[type[Collector], ...] = (
@@ -19,6 +20,7 @@ REGISTRY: tuple[type[Collector], ...] = (
     IntelCollector,
     ProcessesCollector,
     HostCollector,
+    PowerCollector,
     EbpfCollector,
 )
 

@@ -18,6 +18,7 @@ from typing import ClassVar
 
 import pynvml
 
+from gpu_exporter import catalogue as c
 from gpu_exporter.collectors.base import (
     Availability,
     Collector,
@@ -36,6 +37,7 @@ from gpu_exporter.sources.nvml.events import XidListener
 from gpu_exporter.sources.nvml.gpm import GPM, MIN_WINDOW_SECONDS
 from gpu_exporter.sources.nvml.lanes import Lanes
 from gpu_exporter.sources.nvml.stack import DEVFS, PCI, Session, StackBusy
+from gpu_exporter.sources.sysfs import power_meter
 
 log = logging.getLogger("gpu_exporter.nvidia")
 
@@ -54,11 +56,16 @@ class NvidiaCollector(Collector):
         super().__init__(settings)
         self._stack: nvml_stack.NvmlStack | None = None
         self._lanes: Lanes[int, values.DeviceResult] = Lanes("nvidia")
+        self._acpi_module = False
 
     # -- life cycle ------------------------------------------------------------------
     def start(self) -> Availability:
         if self._stack is None:
             self._stack = nvml_stack.attach(self.settings)
+        # The ladder (docs/node-power.md): an ACPI "Module Power Socket" meter gives the
+        # module rail before NVML's module scope, which is then not reported.
+        self._acpi_module = any(m.rail == "module" for m in
+                                power_meter.find_meters(self.settings.sysfs))
         deadline = time.monotonic() + self.settings.scrape_timeout_seconds
         try:
             session = self._stack.session(deadline, force=True, wait=True)
@@ -96,6 +103,9 @@ class NvidiaCollector(Collector):
             out.extend(device_features("vgpu_license", {
                 d.identity.key: d.vgpu_license or Availability.unavailable("not read")
                 for d in devices}))
+            modules = [d for d in devices if d.module_id is not None]
+            if modules:  # a superchip: the module rail (power.* has the others)
+                out.append(Feature("module_power", self._module_state(modules)))
             out.extend(device_features("nvlink", {
                 d.identity.key: d.nvlink or Availability.unavailable("NVLink not read")
                 for d in devices}))
@@ -108,6 +118,18 @@ class NvidiaCollector(Collector):
                     "gpm", {d.identity.key: d.gpm.availability for d in devices
                             if d.gpm is not None}))
         return out
+
+    def _module_state(self, modules: Sequence[NvmlDevice]) -> Availability:
+        if self._acpi_module:
+            return Availability.disabled(
+                "the ACPI power meter's Module Power Socket gives the module rail "
+                "(hw_power_watts{hw_power_rail=\"module\"}): NVML's module scope is not "
+                "reported besides it (docs/node-power.md)")
+        if all(fields.MODULE_POWER in d.fields.absent for d in modules):
+            return Availability.unavailable(
+                "NVML gives no module power scope on this superchip", FIX_UPDATE)
+        ids = sorted({d.module_id for d in modules if d.module_id is not None})
+        return Availability.enabled("module(s) " + ", ".join(map(str, ids)))
 
     # -- scrape ----------------------------------------------------------------------
     def collect(self, sink: Sink) -> None:
@@ -165,6 +187,9 @@ class NvidiaCollector(Collector):
             for index, dev in devices])
         results = run.finish(deadline)
         readings: list[GpuReading] = []
+        # module id -> W: every GPU of a module reads the module's power; the first (by
+        # index) gives it, so that the module is reported once, never once per GPU
+        modules: dict[int, float] = {}
         for index, dev in devices:
             key = dev.identity.key
             down = values.down(dev)
@@ -184,9 +209,15 @@ class NvidiaCollector(Collector):
                     raise error
                 elif result is not None:
                     down = result.readings
+                    if dev.module_id is not None and result.module_power_watts is not None:
+                        modules.setdefault(dev.module_id, result.module_power_watts)
                     for fkey, message in result.failures:
                         sink.fail(fkey, message)
             readings.extend(down)
+        if not self._acpi_module:
+            for module, watts in sorted(modules.items()):
+                c.HW_POWER.emit(sink, watts, {"hw_type": "module", "hw_id": f"module{module}",
+                                              "hw_power_rail": "module"})
         for uuid, indexes in sorted(session.shared_uuids.items()):
             sink.fail(f"uuid:{uuid}", nvml_stack.shared_uuid_message(
                 uuid, indexes, session.devices) + f" ({FIX_CHECK})")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -33,7 +33,7 @@ from gpu_exporter.process_cap import ProcessCap
 from gpu_exporter.process_energy import ProcessKey
 from gpu_exporter.records import GpuTask
 from gpu_exporter.settings import Option
-from gpu_exporter.sources.kubelet import podliveness
+from gpu_exporter.sources.kubelet import cdi, podliveness
 from gpu_exporter.sources.kubelet.podresources import (
     DEFAULT_SOCKET,
     ContainerRef,
@@ -46,8 +46,9 @@ from gpu_exporter.sources.nvml import stack as nvml_stack
 from gpu_exporter.sources.nvml.calls import NvmlGone, NvmlUnavailable
 from gpu_exporter.sources.nvml.devices import NvmlDevice
 from gpu_exporter.sources.nvml.lanes import Lanes, Run
-from gpu_exporter.sources.nvml.stack import Session, StackBusy
+from gpu_exporter.sources.nvml.stack import DEVFS, Session, StackBusy
 from gpu_exporter.sources.procfs import fdinfo
+from gpu_exporter.sources.procfs.nvidia_driver import read_driver_gpus
 from gpu_exporter.sources.procfs.procinfo import ProcessInfo, ProcessTable
 from gpu_exporter.sources.sysfs.pci import normalize_pci_address
 from gpu_exporter.sources.sysfs.sysfs import Unreadable, read_uevent
@@ -70,6 +71,10 @@ POD_LOG_DIR_OPTION = Option(
     "The kubelet's pod log directory (mount the host's read-only): with the pods' cgroups "
     "it tells finished pods, which the kubelet still lists with their GPUs, from running "
     "ones.")
+CDI_DIRS_OPTION = Option(
+    "processes.cdi-spec-dirs", str, ",".join(cdi.DEFAULT_DIRS),
+    "Comma-separated CDI spec directories (read-only): GPUs allocated through Kubernetes "
+    "DRA are resolved from the specs the DRA drivers write there.")
 # Never wait longer than this on the kubelet, whatever the scrape timeout.
 _KUBELET_TIMEOUT = 2.0
 _LIVENESS_FIX = ("mount the host's /var/log/pods read-only into the exporter's pod at the "
@@ -108,7 +113,8 @@ class ProcessesCollector(Collector):
     name = "processes"
     help = ("GPU memory and utilization per process (NVML; DRM fdinfo for AMD and Intel) "
             "with executable, container and Kubernetes pod.")
-    options = (SOCKET_OPTION, DEVICE_LABELS_OPTION, MAX_PER_GPU_OPTION, POD_LOG_DIR_OPTION)
+    options = (SOCKET_OPTION, DEVICE_LABELS_OPTION, MAX_PER_GPU_OPTION, POD_LOG_DIR_OPTION,
+               CDI_DIRS_OPTION)
 
     def start(self) -> Availability:
         self._table = ProcessTable(self.settings.procfs)
@@ -121,6 +127,8 @@ class ProcessesCollector(Collector):
         self._cap = ProcessCap(self.settings.get(MAX_PER_GPU_OPTION))
         self._last_scrape = 0.0  # time.monotonic() of the previous collect()
         self._pod_log_dir = self.settings.get(POD_LOG_DIR_OPTION)
+        self._cdi: cdi.CdiDevices | None = None
+        self._cdi_dirs = [d for d in self.settings.get(CDI_DIRS_OPTION).split(",") if d]
         self._nvml = nvml_stack.attach(self.settings)
         self._lanes: Lanes[int, nvml_processes.DeviceProcesses] = Lanes("processes")
         # Per GPU (hw_id) of the current NVML session: what its utilization sampling learnt.
@@ -213,9 +221,12 @@ class ProcessesCollector(Collector):
         c.PROCESSES_FOLDED.emit(sink, self._cap.folded_total, {})
         for device, refs in sorted((pods or {}).items()):
             for r in refs:
-                c.K8S_GPU_ALLOCATION_INFO.emit(sink, 1, {
+                labels: c.GpuAllocationLabels = {
                     "k8s_namespace_name": r.namespace, "k8s_pod_name": r.pod_name,
-                    "k8s_container_name": r.container_name}, device)
+                    "k8s_container_name": r.container_name}
+                if r.claim:
+                    labels["k8s_resourceclaim_name"] = r.claim
+                c.K8S_GPU_ALLOCATION_INFO.emit(sink, 1, labels, device)
         if self._device_labels and pods:
             for device, refs in pods.items():
                 sink.label_device(device, _pod_labels(refs))
@@ -273,7 +284,8 @@ class ProcessesCollector(Collector):
             return None
         self._kubelet_silent = None
         try:
-            pods = self._kubelet.list_gpus(min(_KUBELET_TIMEOUT, max(0.1, sink.time_left())))
+            allocations = self._kubelet.list_gpus(
+                min(_KUBELET_TIMEOUT, max(0.1, sink.time_left())), self._cdi_resolver)
         except PodResourcesError as exc:
             if exc.code == "DEADLINE_EXCEEDED":
                 retry = self.settings.retry_interval_seconds
@@ -294,7 +306,34 @@ class ProcessesCollector(Collector):
                 str(exc), "check the kubelet on this node (`systemctl status kubelet`); "
                 "the exporter asks again every scrape")
             return None
-        return self._running(pods)
+        self._dra_state(allocations.unresolved)
+        return self._running(allocations.by_device)
+
+    def _cdi_resolver(self) -> Callable[[str], str | None]:
+        """CDI device name -> device key, from this node's CDI specs (read when the
+        kubelet reports a claim) and the NVIDIA driver's minor numbers (hw_id: UUID)."""
+        self._cdi = cdi.load(self._cdi_dirs)
+        gpus = read_driver_gpus(self.settings.procfs, self.settings.get(DEVFS),
+                                self.settings.sysfs)
+        minors = {g.minor: g.uuid for g in (gpus.gpus if gpus else ())
+                  if g.minor is not None and g.uuid}
+        return cdi.resolver(self._cdi, self.settings.sysfs, minors)
+
+    def _dra_state(self, unresolved: Sequence[str]) -> None:
+        """`processes.dra`: whether every GPU the kubelet reports through a DRA claim
+        was resolved to a GPU of this node (none is ever guessed)."""
+        if self._cdi is None:
+            return  # no claim seen yet: no state
+        problems = [*unresolved, *self._cdi.problems]
+        if problems:
+            self._features["dra"] = Availability.unavailable(
+                f"{len(unresolved)} DRA device(s) not resolved to a GPU: "
+                + "; ".join(problems[:5]),
+                "mount the DRA drivers' CDI spec directories read-only ("
+                + ",".join(self._cdi_dirs) + ", --processes.cdi-spec-dirs); MIG devices "
+                "through DRA are not resolved yet")
+        else:
+            self._features["dra"] = Availability.enabled(", ".join(self._cdi_dirs))
 
     def _running(self, pods: Mapping[str, tuple[ContainerRef, ...]]
                  ) -> Mapping[str, tuple[ContainerRef, ...]]:

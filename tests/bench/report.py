@@ -237,6 +237,10 @@ def _summary(data: Mapping[str, Any]) -> list[str]:
             ", ".join(f"{r['vendor']} {r['ratio_p99']:.2f}×" for r in
                       sorted(rows, key=lambda r: r["vendor"])) + " (p99)",
             worst["ratio_p99"] <= 1.5)
+    if "node_power_readers" in data:
+        r = next(iter(data["node_power_readers"].values()))
+        row("7b", "node power readers vs plain open/read of the same files", "≤ 1.5×",
+            f"{r['ratio_p99']:.2f}× (p99)", r["ratio_p99"] <= 1.5)
     return out
 
 
@@ -308,6 +312,9 @@ def render(data: Mapping[str, Any], earlier: str = "") -> str:
         ("sysfs_readers", "### 7. AMD and Intel readers against plain reads of the same "
          "files", "`pytest tests/bench/test_sysfs_readers.py --benchmark-only`",
          _sysfs_readers),
+        ("node_power_readers", "### 7b. Node power readers (ACPI meters, RAPL) against "
+         "plain reads of the same files",
+         "`pytest tests/bench/test_node_power_readers.py --benchmark-only`", _sysfs_readers),
     ]
     for key, title, command, table in sections:
         if not data.get(key) and before.get(title):

@@ -1,9 +1,10 @@
 """One node with every collector that runs on fakes, its whole exposition pinned: the fake
 NVML (an H100 with processes, an A100 in MIG mode), AMD and Intel cards from real sysfs
 captures, GPU processes in a fake /proc (NVML and DRM fdinfo clients) inside a pod that a
-real gRPC PodResources server names, and the host's CPU, memory and filesystems from
-that /proc. Every series is checked against its label schema as it is produced
-(tests/conftest.py); this test pins what a scrape of such a node is, line by line.
+real gRPC PodResources server names, the host's CPU, memory and filesystems from that
+/proc, and the node's RAPL zones and ACPI power meter. Every series is checked against its
+label schema as it is produced (tests/conftest.py); this test pins what a scrape of such a
+node is, line by line.
 
 Left out, and why: the eBPF families need real uprobes and a CUDA workload (tests/ebpf);
 network interfaces are the host's real ones (tests/host measures them over a veth pair).
@@ -21,6 +22,7 @@ from pathlib import Path
 from gpu_exporter.collectors import REGISTRY
 from tests.fake_nvml import scenario as fake
 from tests.helpers import promtool_check_metrics, run_cli
+from tests.host import power_tree
 from tests.nvidia import golden
 from tests.processes.kubelet import Container, Pod, kubelet
 from tests.processes.podtree import pod_cgroup, pod_log_dir
@@ -79,6 +81,9 @@ def _node(tmp: Path) -> tuple[fake.Scenario, Path, Path]:
         "SwapTotal:             0 kB\nSwapFree:              0 kB\n")
     (proc / "diskstats").write_text("")
     (proc / "self").mkdir()
+    # the node's own power: an AMD EPYC's RAPL zones and the BMC's whole-system meter
+    power_tree.amd_epyc(sysfs.root, start_uj=40_000_000_000)
+    power_tree.power_meter(sysfs.root, 10, 0, "", 1_450_000_000)
     (proc / "self" / "mounts").write_text(f"/dev/fake0 {tmp} ext4 rw,relatime 0 0\n")
     return sc, sysfs.root, proc
 

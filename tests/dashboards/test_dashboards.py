@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from gpu_exporter import catalogue as c
 from gpu_exporter.catalogue import BY_NAME, Kind
 from tests.dashboards.panels import (
     DASHBOARD_DIR,
@@ -81,10 +82,15 @@ def test_host_team_gpu_variables_and_a_unit_on_every_panel(path: Any) -> None:
 
 
 def test_every_panel_uses_the_variables_it_should() -> None:
-    """Device panels filter on host/team/GPU, so the variables do something."""
+    """Device panels filter on host/team/GPU, so the variables do something; the node's
+    own hw_ families (hw_power_watts: a socket, not a GPU) on host."""
+    node = {f.name for f in c.CATALOGUE if f.scope is c.Scope.HOST}
     for q in queries():
-        if any(n.startswith("hw_") for n in family_names([q.expr], set())):
-            assert "$host" in q.expr and "$gpu" in q.expr, q.id
+        names = family_names([q.expr], set())
+        if any(n.startswith("hw_") for n in names):
+            assert "$host" in q.expr, q.id
+        if any(n.startswith("hw_") and n not in node for n in names):
+            assert "$gpu" in q.expr, q.id
 
 
 def test_substitution_leaves_no_variable() -> None:

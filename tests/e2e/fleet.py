@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.fake_nvml import scenario as fake
+from tests.host import power_tree
 from tests.sysfs.tree import FakeSysfs, card_switch, root_port
 
 GIB = 1024**3
@@ -120,6 +121,10 @@ def build(root: Path, pid: int | None = None, ebpf: bool = False,
         root_port("0000:00:03.2", "1022:1483", "16.0 GT/s PCIe", 16, ("16.0 GT/s PCIe", 8)),
         *card_switch("dg2", "0000:0c:00.0", "0000:0d:01.0", slot=("16.0 GT/s PCIe", 8),
                      inner=("2.5 GT/s PCIe", 1))))
+    # The rest of the node: two Intel sockets' RAPL zones (package, dram), moved by the
+    # load driver, and the BMC's meter of the whole system.
+    power_tree.intel_two_sockets(sysfs.root, start_uj=1_000_000_000)
+    power_tree.power_meter(sysfs.root, 20, 0, "", 1_800_000_000)
     env = {**fake.env(lib_dir, path), "OTEL_RESOURCE_ATTRIBUTES": RESOURCE_ATTRIBUTES}
     args = [f"--path.sysfs={sysfs.root}"]
     fl = Fleet(root, sc, path, sysfs, lib_dir, env, args,
@@ -143,6 +148,11 @@ class LoadDriver(threading.Thread):
         self.stopped = threading.Event()
         self.intel_energy = sorted(fleet.sysfs.cards["0000:0e:00.0"].device.glob(
             "hwmon/hwmon*/energy1_input"))
+        # RAPL counters (µJ): ~180 W per package, ~25 W per DRAM
+        self.rapl = [(f, 180e6 if "dram" not in f.parent.joinpath("name").read_text()
+                      else 25e6)
+                     for f in sorted(fleet.sysfs.root.glob(  # each zone once: no links
+                         "devices/virtual/powercap/intel-rapl/**/energy_uj"))]
 
     def step(self, t: float) -> None:
         now_us = int(time.time() * 1e6)
@@ -168,6 +178,9 @@ class LoadDriver(threading.Thread):
         for f in self.intel_energy:  # µJ, ~35 W
             now = int(f.read_bytes().split(b"\0", 1)[0] or b"0")
             f.write_text(f"{now + int(35e6 * self.period)}\n")
+        for f, watts in self.rapl:
+            now = int(f.read_bytes().strip() or b"0")
+            f.write_text(f"{(now + int(watts * self.period)) % power_tree.INTEL_RANGE_UJ}\n")
 
     def run(self) -> None:
         start = time.monotonic()

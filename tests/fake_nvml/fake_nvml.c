@@ -810,6 +810,45 @@ static int nvlink_field(const section_t *s, nvmlFieldValue_t *fv) {
     return 0;
 }
 
+/* ---- power scopes ------------------------------------------------------------------ */
+/* NVML_FI_DEV_POWER_AVERAGE (185) and _INSTANT (186) in mW, by the power scope in
+ * scopeId (NVML_POWER_SCOPE_GPU 0, _MODULE 1: the superchip, Grace and its GPUs, on
+ * GH200/GB200; _MEMORY 2): keys `module_power_mw` and `memory_power_mw`; the GPU scope
+ * answers `power_usage_mw`. A scope without its key answers NOT_SUPPORTED. 1: answered. */
+static int power_scope_field(const section_t *s, nvmlFieldValue_t *fv) {
+    static const char *keys[] = {"power_usage_mw", "module_power_mw", "memory_power_mw"};
+    unsigned long long v;
+    if (fv->fieldId != 185 && fv->fieldId != 186) return 0;
+    fv->valueType = VALUE_UINT;
+    fv->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+    if (fv->scopeId < sizeof keys / sizeof keys[0] && get_ull(s, keys[fv->scopeId], &v)) {
+        fv->value.uiVal = (unsigned int)v;
+        fv->nvmlReturn = NVML_SUCCESS;
+    }
+    return 1;
+}
+
+/* nvmlPlatformInfo_v1/v2: version, two 16-byte ids, then five one-byte fields of which
+ * moduleId is the last (the GB200 module the GPU sits on); key `module_id`. */
+typedef struct {
+    unsigned int version;
+    unsigned char ibGuid[16], chassisSerialNumber[16];
+    unsigned char slotNumber, trayIndex, hostId, peerType, moduleId;
+} nvmlPlatformInfo_t;
+
+nvmlReturn_t nvmlDeviceGetPlatformInfo(nvmlDevice_t dev, nvmlPlatformInfo_t *info) {
+    DEVICE("nvmlDeviceGetPlatformInfo");
+    unsigned long long module;
+    if (!info) return NVML_ERROR_INVALID_ARGUMENT;
+    if (info->version != 0x100002c && info->version != 0x200002c) return 25;
+    if (!get_ull(s, "module_id", &module)) return NVML_ERROR_NOT_SUPPORTED;
+    unsigned int version = info->version;
+    memset(info, 0, sizeof *info);
+    info->version = version;
+    info->moduleId = (unsigned char)module;
+    return NVML_SUCCESS;
+}
+
 nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t dev, int count, nvmlFieldValue_t *values) {
     DEVICE("nvmlDeviceGetFieldValues");
     if (count < 0 || (count && !values)) return NVML_ERROR_INVALID_ARGUMENT;
@@ -830,6 +869,7 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t dev, int count, nvmlFieldValu
             }
         }
         if (nvlink_field(s, fv)) continue;
+        if (power_scope_field(s, fv)) continue;
         for (size_t f = 0; f < sizeof fields / sizeof fields[0]; f++) {
             unsigned long long v;
             if (fields[f].id != fv->fieldId || !get_ull(s, fields[f].key, &v)) continue;

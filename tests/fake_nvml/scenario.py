@@ -296,6 +296,22 @@ def h100(i: int) -> Device:
     )
 
 
+def gb200_tray() -> Scenario:
+    """A GB200 compute tray: two superchip modules, each one Grace and two Blackwell
+    GPUs. Every GPU gives its module's id (nvmlDeviceGetPlatformInfo) and the module's
+    power (NVML's module scope): 1900 W for module 0, 2100 W for module 1, the same on
+    both GPUs of a module."""
+    devices = []
+    for i in range(4):
+        d = h100(i)
+        d.name = "NVIDIA GB200"
+        module = i // 2
+        d.values["module_id"] = module
+        d.values["module_power_mw"] = 1_900_000 + module * 200_000
+        devices.append(d)
+    return Scenario(devices=devices)
+
+
 def h100_gpm(i: int) -> dict[int, float | str]:
     """GPM percentages of a busy H100 (a half-precision training step), distinct per GPU."""
     return {

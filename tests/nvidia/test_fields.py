@@ -74,8 +74,10 @@ def test_what_each_field_answers_is_remembered_per_device(tmp_path: Path) -> Non
     calls = rec.by_function()
     assert calls["nvmlDeviceGetTotalEnergyConsumption"] == 3  # once per read of GPU 0
     assert "nvmlDeviceGetPcieReplayCounter" not in calls  # answered NOT_SUPPORTED once
-    # (an H100 retires no pages: row remapping replaced page retirement)
-    no_retirement = {"retired_pages_corrected", "retired_pages_uncorrected"}
+    # (an H100 retires no pages: row remapping replaced page retirement; nor is it on a
+    # superchip module)
+    no_retirement = {"retired_pages_corrected", "retired_pages_uncorrected",
+                     "module_power_watts"}
     assert gpu0.fields.absent.keys() == {"pcie_replays", "memory_temperature_celsius",
                                          *no_retirement}
     assert gpu1.fields.absent.keys() == no_retirement and not gpu1.fields.singles

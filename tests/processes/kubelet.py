@@ -17,11 +17,24 @@ from gpu_exporter.sources.kubelet.podresources import LIST_METHOD
 from gpu_exporter.sources.kubelet.podresources_v1 import api_pb2
 
 
+@dataclass(frozen=True)
+class Claim:
+    """A DRA ResourceClaim's devices in a container, as a 1.34 kubelet reports them."""
+
+    namespace: str
+    name: str
+    driver: str
+    cdi_devices: tuple[str, ...]  # fully qualified CDI names
+    pool: str = ""
+    device: str = ""
+
+
 @dataclass
 class Container:
     name: str
     devices: dict[str, list[str]] = field(default_factory=dict)  # resource -> device ids
     cpu_ids: list[int] = field(default_factory=list)
+    claims: list[Claim] = field(default_factory=list)
 
 
 @dataclass
@@ -49,6 +62,14 @@ class FakeKubelet:
                         name=c.name, cpu_ids=c.cpu_ids,
                         devices=[api_pb2.ContainerDevices(resource_name=r, device_ids=ids)
                                  for r, ids in c.devices.items()],
+                        dynamic_resources=[api_pb2.DynamicResource(
+                            claim_name=cl.name, claim_namespace=cl.namespace,
+                            claim_resources=[api_pb2.ClaimResource(
+                                cdi_devices=[api_pb2.CDIDevice(name=n)
+                                             for n in cl.cdi_devices],
+                                driver_name=cl.driver, pool_name=cl.pool,
+                                device_name=cl.device)])
+                            for cl in c.claims],
                     ) for c in p.containers
                 ],
             ) for p in pods

@@ -40,7 +40,7 @@ def test_list_maps_gpus_to_containers(tmp_path: Path) -> None:
         assert socket_problem(str(sock)) is None
         client = PodResourcesClient(str(sock))
         try:
-            gpus = client.list_gpus(timeout=5)
+            gpus = client.list_gpus(timeout=5).by_device
             client.list_gpus(timeout=5)  # the channel is reused
         finally:
             client.close()
@@ -59,12 +59,12 @@ def test_a_kubelet_that_stops_answering_is_an_error_not_a_hang(tmp_path: Path) -
     sock = tmp_path / "kubelet.sock"
     client = PodResourcesClient(str(sock))
     with kubelet(sock, PODS):
-        assert client.list_gpus(timeout=5)
+        assert client.list_gpus(timeout=5).by_device
     with pytest.raises(PodResourcesError, match="UNAVAILABLE"):
         client.list_gpus(timeout=2)
     # A kubelet that comes back is picked up again on the next call.
     with kubelet(sock, PODS[:1]):
-        assert list(client.list_gpus(timeout=5)) == [UUID0]
+        assert list(client.list_gpus(timeout=5).by_device) == [UUID0]
     client.close()
 
 

@@ -13,7 +13,7 @@ import os
 import re
 import stat
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -57,6 +57,16 @@ class ContainerRef:
     namespace: str
     pod_name: str
     container_name: str
+    claim: str = ""  # the DRA ResourceClaim's name that gave the GPU; "": a device plugin
+
+
+@dataclass
+class Allocations:
+    """Device key -> the containers it is allocated to, and the DRA devices the node's CDI
+    specs do not resolve to a GPU (`<namespace>/<claim>: <CDI device>`)."""
+
+    by_device: dict[str, tuple[ContainerRef, ...]]
+    unresolved: tuple[str, ...] = ()
 
 
 def normalise_device_id(device_id: str) -> str:
@@ -84,6 +94,32 @@ def gpu_allocations(
                 for device_id in devices.device_ids:
                     out.setdefault(normalise_device_id(device_id), set()).add(ref)
     return {k: tuple(sorted(v)) for k, v in out.items()}
+
+
+def with_dynamic_resources(
+    response: ListPodResourcesResponse, resolve: Callable[[str], str | None],
+) -> Allocations:
+    """Device-plugin allocations and DRA claims together; a claim's CDI device is resolved
+    to a device key by `resolve` (`sources.kubelet.cdi.resolver`), or counted unresolved."""
+    out = {k: set(v) for k, v in gpu_allocations(response).items()}
+    unresolved: list[str] = []
+    for pod in response.pod_resources:
+        for container in pod.containers:
+            for claim in container.dynamic_resources:
+                ref = ContainerRef(pod.namespace, pod.name, container.name, claim.claim_name)
+                for resource in claim.claim_resources:
+                    for cdi_device in resource.cdi_devices:
+                        key = resolve(cdi_device.name)
+                        if key is None:
+                            unresolved.append(f"{claim.claim_namespace}/{claim.claim_name}: "
+                                              f"{cdi_device.name}")
+                        else:
+                            out.setdefault(key, set()).add(ref)
+    return Allocations({k: tuple(sorted(v)) for k, v in out.items()}, tuple(unresolved))
+
+
+def has_dynamic_resources(response: ListPodResourcesResponse) -> bool:
+    return any(c.dynamic_resources for p in response.pod_resources for c in p.containers)
 
 
 def socket_problem(path: str) -> Unreadable | None:
@@ -135,7 +171,9 @@ class PodResourcesClient:
                 )
             return self._list
 
-    def list_gpus(self, timeout: float) -> Mapping[str, tuple[ContainerRef, ...]]:
+    def list_gpus(self, timeout: float,
+                  resolver: Callable[[], Callable[[str], str | None]] | None = None,
+                  ) -> Allocations:
         """Raises PodResourcesError when the kubelet does not answer in `timeout`."""
         call = self._list_now()
         import grpc
@@ -153,7 +191,10 @@ class PodResourcesClient:
             raise PodResourcesError(
                 f"kubelet PodResources List on {self.socket_path}: {name} {detail}", name
             ) from None
-        return gpu_allocations(response)
+        if resolver is None or not has_dynamic_resources(response):
+            return Allocations(gpu_allocations(response))
+        # the CDI specs are read only when a container holds a claim
+        return with_dynamic_resources(response, resolver())
 
     def close(self) -> None:
         with self._lock:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import time
 from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
@@ -69,6 +70,9 @@ class NvmlDevice:
     # The UUID as NVML gives it: the hw_id, unless another GPU gives the same one
     # (`stack.distinct`).
     uuid: str = ""
+    # The superchip module it sits on (nvmlDeviceGetPlatformInfo's moduleId: GH200,
+    # GB200); None elsewhere.
+    module_id: int | None = None
 
 
 class IdentityUnreadable(Exception):
@@ -152,8 +156,27 @@ def _discover(index: int, version: str | None, events: XidListener | None,
                                    plan.absent.get(nvlink.LINK_COUNT), per_link),
         pcie_max=pcie.maxima(handle),
         pci_functions=pcie.card_functions(settings.sysfs, address),
-        gpm=activity, uuid=uuid,
+        gpm=activity, uuid=uuid, module_id=_module_id(handle),
     )
+
+
+def _module_id(handle: Any) -> int | None:
+    """The module id of nvmlDeviceGetPlatformInfo (v2, else v1: same place); None where
+    NVML has no platform info (not a superchip, an older driver)."""
+    for struct in (pynvml.c_nvmlPlatformInfo_v2_t, pynvml.c_nvmlPlatformInfo_v1_t):
+        info = struct()
+        try:
+            pynvml.nvmlDeviceGetPlatformInfo(handle, ctypes.byref(info))
+        except pynvml.NVMLError as exc:
+            if exc.value == pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH:
+                continue
+            if exc.value in ABSENT:
+                return None
+            raise
+        # ctypes' own access: pynvml's would decode the one-byte c_char as text
+        raw = ctypes.Structure.__getattribute__(info, "moduleId")
+        return raw[0] if raw else 0
+    return None
 
 
 def _ecc(handle: Any) -> Availability:

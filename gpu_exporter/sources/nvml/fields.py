@@ -36,7 +36,8 @@ class Field:
     field_id: int  # pynvml.NVML_FI_DEV_*
     per_unit: float = 1.0  # NVML's units per base unit (mJ per J: 1000)
     fallback: Fallback | None = None
-    scope_id: int | None = None  # per-link fields: the link; None: the device
+    # per-link fields: the link; power fields: the power scope; None: the device
+    scope_id: int | None = None
 
     @property
     def request(self) -> int | tuple[int, int]:
@@ -45,6 +46,7 @@ class Field:
 
 _ECC_VOLATILE = pynvml.NVML_VOLATILE_ECC
 RECOVERY_ACTION = "recovery_action"
+MODULE_POWER = "module_power_watts"
 FIELDS: tuple[Field, ...] = (
     Field("ecc_corrected", pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL, fallback=Fallback(
         "nvmlDeviceGetTotalEccErrors",
@@ -77,6 +79,11 @@ FIELDS: tuple[Field, ...] = (
     Field("pcie_correctable", pynvml.NVML_FI_DEV_PCIE_COUNT_CORRECTABLE_ERRORS),
     Field("pcie_nonfatal", pynvml.NVML_FI_DEV_PCIE_COUNT_NON_FATAL_ERROR),
     Field("pcie_fatal", pynvml.NVML_FI_DEV_PCIE_COUNT_FATAL_ERROR),
+    # The superchip module the GPU sits on (GH200/GB200: Grace, its GPUs and their
+    # memory), mW; NOT_SUPPORTED elsewhere. Every GPU of a module gives the same value:
+    # the collector reports it once per module (`collectors.nvidia`).
+    Field(MODULE_POWER, pynvml.NVML_FI_DEV_POWER_INSTANT, per_unit=1000.0,
+          scope_id=pynvml.NVML_POWER_SCOPE_MODULE),
     # how many NVLinks the GPU has: discovery adds their rows (`nvml.nvlink`)
     Field("nvlink_links", pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT),
 )

@@ -79,6 +79,9 @@ class DeviceResult:
 
     readings: tuple[GpuReading, ...]
     failures: tuple[tuple[str, str], ...] = ()
+    # The power of the superchip module the GPU sits on (NVML's module scope), W: a value
+    # of the module, not of this GPU, so not in its reading.
+    module_power_watts: float | None = None
 
 
 def memory(call: Calls, handle: Any) -> tuple[int | None, int | None, int | None]:
@@ -123,7 +126,8 @@ def read(dev: NvmlDevice, xids: Mapping[int, int] | None = None) -> DeviceResult
         gpm = dev.gpm.read(time.monotonic, call.failures) if dev.gpm is not None else ()
         own = {s.device: s.reading for s in gpm if s.gpu_instance_id is None}
         shared = {s.gpu_instance_id: s.reading for s in gpm if s.gpu_instance_id is not None}
-        reading = _read_physical(call, dev, xids, own.get(dev.identity.key), shared)
+        reading, module_watts = _read_physical(
+            call, dev, xids, own.get(dev.identity.key), shared)
     except DeviceLost as exc:
         call.failures.append((f"{dev.identity.key}:lost",
                               f"GPU {dev.identity.key} is lost: {exc}"))
@@ -142,7 +146,7 @@ def read(dev: NvmlDevice, xids: Mapping[int, int] | None = None) -> DeviceResult
         except DeviceLost:
             readings.append(GpuReading(mig.identity, up=False, state="failed"))
         call.failures.extend(mig_call.failures)
-    return DeviceResult(tuple(readings), tuple(call.failures))
+    return DeviceResult(tuple(readings), tuple(call.failures), module_watts or None)
 
 
 def down(dev: NvmlDevice, state: HealthState | None = None) -> tuple[GpuReading, ...]:
@@ -152,7 +156,7 @@ def down(dev: NvmlDevice, state: HealthState | None = None) -> tuple[GpuReading,
 
 def _read_physical(call: Calls, dev: NvmlDevice, xids: Mapping[int, int] | None,
                    gpm: GpmReading | None, gpm_instances: Mapping[int, GpmReading],
-                   ) -> GpuReading:
+                   ) -> tuple[GpuReading, float | None]:
     h = dev.handle
     utilization: dict[GpuTask, float] = {}
     controller = None
@@ -232,7 +236,7 @@ def _read_physical(call: Calls, dev: NvmlDevice, xids: Mapping[int, int] | None,
         memory_reserved_bytes=reserved,
         vgpu_license_state=(vgpu_license(call, h) if dev.vgpu_license is not None
                             and dev.vgpu_license.state == "enabled" else None),
-    )
+    ), values.get(fields.MODULE_POWER)
 
 
 def vgpu_license(call: Calls, handle: Any) -> VgpuLicenseState | None:

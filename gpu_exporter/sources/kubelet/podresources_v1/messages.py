@@ -16,9 +16,30 @@ class ContainerDevices(Protocol):
     device_ids: Sequence[str]
 
 
+class CDIDevice(Protocol):
+    name: str  # fully qualified: vendor/class=name
+
+
+class ClaimResource(Protocol):
+    cdi_devices: Sequence[CDIDevice]
+    driver_name: str
+    pool_name: str
+    device_name: str
+
+
+class DynamicResource(Protocol):
+    """A DRA ResourceClaim's devices in a container (kubelet 1.34+, feature gate
+    KubeletPodResourcesDynamicResources; empty from older kubelets)."""
+
+    claim_name: str
+    claim_namespace: str
+    claim_resources: Sequence[ClaimResource]
+
+
 class ContainerResources(Protocol):
     name: str
     devices: Sequence[ContainerDevices]
+    dynamic_resources: Sequence[DynamicResource]
 
 
 class PodResources(Protocol):

@@ -1,0 +1,140 @@
+"""GPUs handed out through Kubernetes DRA, resolved with what the node holds: the CDI spec
+files (Container Device Interface, github.com/cncf-tags/container-device-interface
+SPEC.md) that the DRA drivers write, no API-server access.
+
+A spec is JSON or YAML: `kind` (`vendor/class`), `devices` each with a `name` and
+`containerEdits.deviceNodes` (`path`, optionally `hostPath`), and edits common to all its
+devices. The kubelet names a claim's devices fully qualified, `<kind>=<name>`. NVIDIA's
+DRA driver (kubernetes-sigs/dra-driver-nvidia-gpu, cmd/gpu-kubelet-plugin/cdi.go) writes
+a transient spec per claim in /var/run/cdi whose devices carry `/dev/nvidia<minor>` only
+(no NVIDIA_VISIBLE_DEVICES UUIDs); AMD's (ROCm/k8s-gpu-dra-driver) writes to /etc/cdi
+with `/dev/dri/cardN`, `/dev/dri/renderD*` and the shared `/dev/kfd`.
+
+A device node is mapped to a GPU through its name: `/dev/nvidia<minor>` through the
+NVIDIA driver's minor numbers (given by the caller, from /proc/driver/nvidia), a DRM node
+through sysfs (`class/drm/<node>/device`, the PCI device). Shared nodes (`/dev/kfd`,
+`/dev/nvidiactl`, ...) name no GPU. A device none of whose nodes names a GPU is
+unresolved, never guessed; MIG devices (`/dev/nvidia-caps/nvidia-cap<N>`) are not
+resolved yet.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from gpu_exporter.sources import files
+from gpu_exporter.sources.sysfs.pci import normalize_pci_address
+
+DEFAULT_DIRS = ("/etc/cdi", "/var/run/cdi")
+MAX_SPEC_BYTES = 1 << 20
+_NVIDIA = re.compile(r"/dev/nvidia([0-9]+)")
+_DRM = re.compile(r"/dev/dri/((?:renderD|card)[0-9]+)")
+_SUFFIXES = (".json", ".yaml", ".yml")
+
+
+@dataclass
+class CdiDevices:
+    """Every device of the specs found, by qualified name: its device node paths."""
+
+    nodes: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)  # malformed or duplicated specs
+
+
+def _device_nodes(edits: Any) -> tuple[str, ...]:
+    if not isinstance(edits, dict):
+        return ()
+    out = []
+    for node in edits.get("deviceNodes") or ():
+        if isinstance(node, dict):
+            path = node.get("hostPath") or node.get("path")
+            if isinstance(path, str):
+                out.append(path)
+    return tuple(out)
+
+
+def _parse(path: str, text: bytes) -> Any:
+    if path.endswith(".json"):
+        return json.loads(text)
+    return yaml.safe_load(text)
+
+
+def load(dirs: Iterable[str]) -> CdiDevices:
+    """The devices of every spec file in `dirs` (later directories take precedence, as
+    in CDI; a name given twice in one directory is ambiguous: left out, a problem)."""
+    out = CdiDevices()
+    for folder in dirs:
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:
+            continue
+        seen: dict[str, str] = {}
+        ambiguous: set[str] = set()
+        for name in names:
+            if not name.endswith(_SUFFIXES):
+                continue
+            path = os.path.join(folder, name)
+            try:
+                spec = _parse(path, files.read_capped(path, MAX_SPEC_BYTES))
+            except (OSError, ValueError, yaml.YAMLError) as exc:
+                out.problems.append(f"{path}: not read: {str(exc)[:120]}")
+                continue
+            kind = spec.get("kind") if isinstance(spec, dict) else None
+            devices = spec.get("devices") if isinstance(spec, dict) else None
+            if not isinstance(kind, str) or not isinstance(devices, list):
+                out.problems.append(f"{path}: not a CDI spec (no kind or devices)")
+                continue
+            for device in devices:
+                if not isinstance(device, dict) or not isinstance(device.get("name"), str):
+                    out.problems.append(f"{path}: a device without a name")
+                    continue
+                qualified = f"{kind}={device['name']}"
+                if qualified in seen:
+                    out.problems.append(f"{path}: {qualified} also in {seen[qualified]}")
+                    ambiguous.add(qualified)
+                    continue
+                seen[qualified] = path
+                out.nodes[qualified] = _device_nodes(device.get("containerEdits"))
+        for qualified in ambiguous:
+            out.nodes.pop(qualified, None)
+    return out
+
+
+def drm_address(sysfs: str, node: str) -> str | None:
+    """The PCI address of a DRM node (renderD128, card0) through sysfs."""
+    try:
+        target = os.readlink(f"{sysfs}/class/drm/{node}/device")
+    except OSError:
+        return None
+    return normalize_pci_address(os.path.basename(target))
+
+
+def resolver(devices: CdiDevices, sysfs: str, nvidia_minors: Mapping[int, str]
+             ) -> Callable[[str], str | None]:
+    """A function from a qualified CDI device name to the device key of its GPU (the key
+    `nvidia_minors` gives an NVIDIA minor; a DRM GPU's PCI address), None when the
+    device is not in the specs or names no GPU."""
+
+    def resolve(qualified: str) -> str | None:
+        found = set()
+        for path in devices.nodes.get(qualified, ()):
+            m = _NVIDIA.fullmatch(path)
+            if m:
+                key = nvidia_minors.get(int(m.group(1)))
+                if key:
+                    found.add(key)
+                continue
+            m = _DRM.fullmatch(path)
+            if m:
+                address = drm_address(sysfs, m.group(1))
+                if address:
+                    found.add(address)
+        return found.pop() if len(found) == 1 else None
+
+    return resolve

@@ -1,0 +1,214 @@
+"""Power and energy of the node besides its GPUs: ACPI power meters and RAPL, read from
+sysfs trees laid out as the kernel lays them out (tests/host/power_tree.py), through the
+readers and through the exporter (`dump`, `doctor`, a running exporter)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpu_exporter.collectors import REGISTRY
+from gpu_exporter.sources.sysfs import power_meter, powercap
+from gpu_exporter.sources.sysfs.sysfs import Problems
+from tests.helpers import (
+    exporter,
+    find,
+    parse,
+    promtool_check_metrics,
+    run_as_nobody,
+    run_cli,
+    value,
+    world_readable_dir,
+)
+from tests.host import power_tree as t
+
+
+def flags(root: Path) -> list[str]:
+    return [*(f"--no-collector.{c.name}" for c in REGISTRY if c.name != "power"),
+            f"--path.sysfs={root}"]
+
+
+def feature(series: list, name: str) -> str:  # type: ignore[type-arg]
+    [on] = [s.labels["state"] for s in series
+            if s.name == "gpu_exporter_feature_status"
+            and s.labels["feature"] == f"power.{name}" and s.value == 1]
+    return str(on)
+
+
+# --- readers ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("modern", [False, True], ids=["legacy", "with_info"])
+def test_grace_meters_are_named_by_their_oem_info(tmp_path: Path, modern: bool) -> None:
+    t.other_hwmon(tmp_path, 0, "coretemp")
+    t.grace(tmp_path, modern=modern)
+    meters = power_meter.find_meters(str(tmp_path))
+    problems = Problems()
+    got = {(m.hw_type, m.hw_id, m.rail): power_meter.read_watts(m, problems)
+           for m in meters}
+    assert got == {("module", "module0", "module"): 650.0,
+                   ("cpu", "socket0", "socket"): 180.0,
+                   ("cpu", "socket0", "cpu"): 120.0,
+                   ("cpu", "socket0", "sysio"): 60.0}
+    assert problems.items == []
+
+
+def test_a_meter_naming_no_socket_is_the_whole_system(tmp_path: Path) -> None:
+    t.power_meter(tmp_path, 2, 0, "", 412_000_000)  # an x86 BMC's meter
+    [m] = power_meter.find_meters(str(tmp_path))
+    assert (m.hw_type, m.hw_id, m.rail) == ("system", "ACPI000D:00", "system")
+    assert power_meter.read_watts(m, Problems()) == 412.0
+
+
+@pytest.mark.parametrize(("text", "problem"), [
+    ("0", None), ("-5000000", "negative value"), ("garbage", "not an integer"),
+    ("", None), ("18446744073709551617", "out of range")])
+def test_a_meter_reading_zero_negative_or_garbage_is_missing(
+        tmp_path: Path, text: str, problem: str | None) -> None:
+    t.power_meter(tmp_path, 1, 0, "CPU Power Socket 0", text)
+    [m] = power_meter.find_meters(str(tmp_path))
+    problems = Problems()
+    assert power_meter.read_watts(m, problems) is None
+    if problem is None:  # no measurement: absent, and nothing is wrong with the file
+        assert problems.items == []
+    else:
+        [(_, message)] = problems.items
+        assert problem in message
+
+
+def test_rapl_zones_of_intel_and_amd(tmp_path: Path) -> None:
+    intel, amd = tmp_path / "intel", tmp_path / "amd"
+    t.intel_two_sockets(intel)
+    t.amd_epyc(amd)
+    problems = Problems()
+    assert [(z.hw_type, z.hw_id, z.rail, z.max_range_uj)
+            for z in powercap.find_zones(str(intel), problems)] == [
+        ("cpu", "socket0", "package", t.INTEL_RANGE_UJ),
+        ("memory", "socket0", "dram", t.INTEL_RANGE_UJ),
+        ("cpu", "socket1", "package", t.INTEL_RANGE_UJ),
+        ("memory", "socket1", "dram", t.INTEL_RANGE_UJ)]  # psys left out
+    assert [(z.hw_type, z.hw_id, z.rail)
+            for z in powercap.find_zones(str(amd), problems)] == [
+        ("cpu", "socket0", "package"), ("cpu", "socket0", "core")]
+    assert problems.items == []
+
+
+def test_rapl_counter_never_goes_back_across_its_wrap_or_a_restart(tmp_path: Path) -> None:
+    t.amd_epyc(tmp_path)
+    zone = powercap.find_zones(str(tmp_path), Problems())[0]
+    totals = powercap.EnergyTotals()
+    top = t.AMD_RANGE_UJ
+    start = (top - 5_000_000) / 1e6
+    assert totals.joules(zone, top - 5_000_000, 0.0) == pytest.approx(start, abs=1e-6)
+    # 5 J to the wrap, 2 J after it: 7 J more in a second, never a drop to 2 J
+    assert totals.joules(zone, 2_000_000, 1.0) == pytest.approx(start + 7, abs=1e-6)
+    assert totals.joules(zone, 3_000_000, 2.0) == pytest.approx(start + 8, abs=1e-6)
+    # the driver reloaded: 0.5 J a second later. A wrap would be 65 kJ in one second,
+    # which no zone draws: the counter started again, and only its 0.5 J is added
+    assert totals.joules(zone, 500_000, 3.0) == pytest.approx(start + 8.5, abs=1e-6)
+    # 65 W for a thousand seconds up to the top, then a real wrap: 1 J + 1 J
+    assert totals.joules(zone, top - 1_000_000, 1003.0) == pytest.approx(
+        start + 8 + (top - 1_000_000) / 1e6, abs=1e-6)
+    assert totals.joules(zone, 1_000_000, 1004.0) == pytest.approx(
+        start + 8 + (top + 1_000_000) / 1e6, abs=1e-6)
+
+
+def test_rapl_value_over_its_range_is_garbage(tmp_path: Path) -> None:
+    files = t.amd_epyc(tmp_path)
+    files["package-0"].write_text(f"{t.AMD_RANGE_UJ + 1}\n")
+    zone = powercap.find_zones(str(tmp_path), Problems())[0]
+    problems = Problems()
+    assert powercap.read_uj(zone, problems) is None
+    assert "out of range" in problems.items[0][1]
+
+
+# --- the collector ---------------------------------------------------------------------
+
+
+def test_dump_reports_each_rail_once_by_the_ladder(tmp_path: Path) -> None:
+    """An ACPI socket meter and RAPL's package of the same socket measure the same rail:
+    the meter wins, socket1 (no meter) keeps RAPL's package; DRAM is RAPL's alone."""
+    t.intel_two_sockets(tmp_path, start_uj=5_000_000)
+    t.power_meter(tmp_path, 1, 0, "Grace Power Socket 0", 180_000_000)
+    res = run_cli(["dump", *flags(tmp_path)])
+    assert res.returncode == 0, res.stderr
+    promtool_check_metrics(res.stdout)
+    s = parse(res.stdout)
+    assert value(s, "hw_power_watts", hw_id="socket0", hw_power_rail="socket",
+                 hw_type="cpu") == 180.0
+    assert not find(s, "hw_energy_joules_total", hw_id="socket0", hw_power_rail="package")
+    energy = {(x.labels["hw_id"], x.labels["hw_power_rail"]): x.value
+              for x in find(s, "hw_energy_joules_total")}
+    assert energy == {("socket0", "dram"): 5.0, ("socket1", "package"): 5.0,
+                      ("socket1", "dram"): 5.0}
+    assert value(s, "gpu_exporter_collector_success", collector="power") == 1
+    assert feature(s, "acpi_power_meter") == feature(s, "rapl") == "enabled"
+    doctor = run_cli(["doctor", *flags(tmp_path)]).stdout
+    assert "socket0 package taken from the ACPI power meter" in doctor
+
+
+def test_garbage_meter_fails_the_collector_not_the_scrape(tmp_path: Path) -> None:
+    t.grace(tmp_path)["CPU"].write_text("-3\n")
+    s = parse(run_cli(["dump", *flags(tmp_path)]).stdout)
+    assert value(s, "gpu_exporter_collector_success", collector="power") == 0
+    assert not find(s, "hw_power_watts", hw_power_rail="cpu")
+    assert value(s, "hw_power_watts", hw_power_rail="sysio") == 60.0
+
+
+def test_nothing_to_read_is_a_state_with_its_fix(tmp_path: Path) -> None:
+    t.other_hwmon(tmp_path, 0, "coretemp")
+    res = run_cli(["doctor", *flags(tmp_path)])
+    assert "no ACPI power meter (hwmon name power_meter)" in res.stdout
+    assert "modprobe acpi_power_meter" in res.stdout
+    assert "modprobe intel_rapl_msr" in res.stdout
+    s = parse(run_cli(["dump", *flags(tmp_path)]).stdout)
+    [on] = [x for x in find(s, "gpu_exporter_feature_status", feature="power")
+            if x.value == 1]
+    assert on.labels["state"] == "unavailable"
+    assert not find(s, "hw_power_watts")
+
+
+def test_energy_uj_unreadable_as_non_root_names_the_fix() -> None:
+    """energy_uj is 0400 root since CVE-2020-8694: the exporter run as nobody reads
+    nothing of RAPL, fails no scrape, and doctor says what grants it."""
+    with world_readable_dir("gpu-exporter-rapl-") as root:
+        t.intel_two_sockets(root)
+        t.power_meter(root, 1, 0, "", 300_000_000)  # 0444: still read
+        res = run_as_nobody(["doctor", *flags(root)])
+        assert res.returncode == 0, res.stderr
+        lines = res.stdout.splitlines()
+        i = next(i for i, x in enumerate(lines) if x.strip().startswith("power.rapl "))
+        assert "unavailable" in lines[i] and "permission denied" in lines[i]
+        assert "CVE-2020-8694" in lines[i + 1] and "runAsUser 0" in lines[i + 1]
+        dump = run_as_nobody(["dump", *flags(root)])
+        assert dump.returncode == 0, dump.stderr
+        s = parse(dump.stdout)
+        assert value(s, "gpu_exporter_collector_success", collector="power") == 1
+        assert not find(s, "hw_energy_joules_total")
+        assert value(s, "hw_power_watts", hw_power_rail="system") == 300.0
+
+
+def test_a_reboot_is_a_counter_reset(tmp_path: Path) -> None:
+    """The exporter restarts with the machine: its counter starts again at the kernel's
+    new, lower value, which Prometheus's rate() takes as a reset."""
+    package = t.amd_epyc(tmp_path, start_uj=50_000_000_000)["package-0"]
+    before = parse(run_cli(["dump", *flags(tmp_path)]).stdout)
+    assert value(before, "hw_energy_joules_total", hw_power_rail="package") == 50_000.0
+    package.write_text("2000000\n")
+    after = parse(run_cli(["dump", *flags(tmp_path)]).stdout)
+    assert value(after, "hw_energy_joules_total", hw_power_rail="package") == 2.0
+
+
+def test_a_running_exporter_counts_across_the_wrap(tmp_path: Path) -> None:
+    package = t.amd_epyc(tmp_path, start_uj=t.AMD_RANGE_UJ - 400_000)["package-0"]
+    with exporter(flags(tmp_path)) as exp:
+        first = value(parse(exp.scrape()), "hw_energy_joules_total",
+                      hw_power_rail="package")
+        # 0.4 J to the wrap, 0.6 J after it (1 J: a wrap however soon the next scrape)
+        package.write_text("600000\n")
+        s = parse(exp.scrape())
+        assert value(s, "hw_energy_joules_total", hw_power_rail="package") == \
+            pytest.approx(first + 1.0, abs=1e-6)
+        # power from the counter between scrapes: positive across the wrap
+        assert value(s, "hw_power_watts", hw_power_rail="package") > 0
