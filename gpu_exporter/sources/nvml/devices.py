@@ -162,8 +162,15 @@ def _discover(index: int, version: str | None, events: XidListener | None,
 
 def _module_id(handle: Any) -> int | None:
     """The module id of nvmlDeviceGetPlatformInfo (v2, else v1: same place); None where
-    NVML has no platform info (not a superchip, an older driver)."""
-    for struct in (pynvml.c_nvmlPlatformInfo_v2_t, pynvml.c_nvmlPlatformInfo_v1_t):
+    NVML has no platform info (not a superchip, an older driver) and where the bindings
+    predate it (12.570.86, the oldest nvidia-ml-py of the pinned range, has no structs)."""
+    structs = [getattr(pynvml, name, None)
+               for name in ("c_nvmlPlatformInfo_v2_t", "c_nvmlPlatformInfo_v1_t")]
+    if not hasattr(pynvml, "nvmlDeviceGetPlatformInfo"):
+        return None
+    for struct in structs:
+        if struct is None:
+            continue
         info = struct()
         try:
             pynvml.nvmlDeviceGetPlatformInfo(handle, ctypes.byref(info))
