@@ -132,7 +132,8 @@ class EbpfCollector(Collector):
         problem = missing_privileges(effective_capabilities()) or kernel_headers_missing()
         if problem:
             return Availability.unavailable(problem)
-        from gpu_exporter.ebpf.probes import Engine, LoadError
+        from gpu_exporter.ebpf.loader import LoadError
+        from gpu_exporter.ebpf.probes import Engine
 
         if self.settings.check_only:
             return self._check(bcc)
@@ -157,7 +158,7 @@ class EbpfCollector(Collector):
     def _check(self, bcc: Any) -> Availability:
         """`doctor`: everything start() needs, without attaching a probe anywhere."""
         from gpu_exporter.ebpf.discovery import Scanner
-        from gpu_exporter.ebpf.probes import LoadError, check
+        from gpu_exporter.ebpf.loader import LoadError, check
 
         try:
             mechanism = check(bcc)

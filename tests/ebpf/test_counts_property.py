@@ -36,7 +36,8 @@ from prometheus_client import generate_latest
 from gpu_exporter.collectors import NvidiaCollector
 from gpu_exporter.collectors.ebpf import EbpfCollector
 from gpu_exporter.ebpf import abi
-from gpu_exporter.ebpf.probes import Engine, load_bpf
+from gpu_exporter.ebpf.loader import load_bpf
+from gpu_exporter.ebpf.probes import Engine
 from gpu_exporter.ebpf.reading import CudaActivity, NvmlView
 from gpu_exporter.exporter import GpuExporterCollector, make_registry
 from gpu_exporter.settings import Settings

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from gpu_exporter.ebpf import abi
-from gpu_exporter.ebpf.probes import Engine, load_bpf
+from gpu_exporter.ebpf.loader import load_bpf
+from gpu_exporter.ebpf.probes import Engine
 
 TGID, RT = 4_000_100, abi.API_RUNTIME
 A, B = 0xA000, 0xB000  # kernels (host functions)

@@ -191,7 +191,7 @@ def test_both_attach_mechanisms_place_count_and_remove_probes(cuda_build: Build,
     import bcc
 
     from gpu_exporter.ebpf import abi, attach
-    from gpu_exporter.ebpf.probes import load_bpf, uprobe_programs
+    from gpu_exporter.ebpf.loader import load_bpf, uprobe_programs
 
     assert attach.uprobe_multi_supported() is None
     for name in attach.MECHANISMS:
