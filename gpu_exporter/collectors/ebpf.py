@@ -85,9 +85,14 @@ class ActivitySource(Protocol):
     """Where the collector reads CUDA activity: the probe engine (`ebpf.probes.Engine`),
     or any source with its read() and its attach facts (passed to the collector)."""
 
-    wanted_mechanism: str
-    mechanism_problem: str | None
-    tracking_problem: str | None
+    @property
+    def wanted_mechanism(self) -> str: ...
+
+    @property
+    def mechanism_problem(self) -> str | None: ...
+
+    @property
+    def tracking_problem(self) -> str | None: ...
 
     @property
     def mechanism(self) -> str: ...

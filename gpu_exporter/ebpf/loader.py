@@ -11,6 +11,7 @@ import contextlib
 import ctypes
 import os
 import re
+from collections.abc import Callable, Iterable
 from importlib import resources
 from typing import Any
 
@@ -34,6 +35,11 @@ DEFAULT_TRACEPOINT_OFFSETS = {"TP_MMAP_PROT_OFF": 32, "TP_MMAP_FLAGS_OFF": 40,
 RAW_TRACEPOINTS: tuple[tuple[str, str], ...] = (("sched_process_exit", "on_thread_exit"),)
 _FIELD = re.compile(r"field:[^;]*?\b(\w+)(?:\[\d*\])?;\s*offset:(\d+);")
 
+
+
+def scalar(x: Any) -> int:
+    """A map key or value of a scalar type: batched reads give ints, others ctypes."""
+    return x if isinstance(x, int) else int(x.value)
 
 
 class LoadError(Exception):
@@ -143,3 +149,67 @@ def check(bcc: Any) -> str:
         return name
     finally:
         bpf.cleanup()
+
+
+class Program:
+    """The BPF program in the kernel: its maps (`bpf`), the mechanism its uprobes attach
+    through, the raw tracepoints and the tracepoints (exec and mmap tracking) attached."""
+
+    def __init__(self, wanted_mechanism: str = "auto") -> None:
+        self.wanted_mechanism = wanted_mechanism
+        self.bpf: Any = None
+        self.mech: attach.Mechanism | None = None
+        self.mechanism_problem: str | None = None  # why uprobe_multi is not used
+        self.tracking_problem: str | None = None  # why exec/mmap tracking is off
+        self.tracepoint_fds: list[int] = []
+
+    @property
+    def mechanism(self) -> str:
+        return self.mech.name if self.mech is not None else ""
+
+    def load(self, bcc: Any) -> None:
+        """Compile the program and load it (raises LoadError; nothing to undo then)."""
+        offsets, self.tracking_problem = tracepoint_offsets()
+        self.bpf = load_bpf(bcc, offsets)
+
+    def open(self, bcc: Any, on_event: Callable[[Any, Any, int], int],
+             on_proc_event: Callable[[Any, Any, int], int]) -> str:
+        """The loaded program made ready to attach uprobes (its mechanism chosen, its
+        uprobe programs loaded), its raw tracepoints and tracepoints attached and its ring
+        buffers read by the two callbacks; the mechanism's name. On an exception, what
+        was done is undone by unload()."""
+        name, self.mechanism_problem = choose_mechanism(self.wanted_mechanism)
+        self.mech = attach.mechanism(name, self.bpf, bcc)
+        try:
+            self.mech.load(uprobe_programs())
+        except Exception as exc:
+            raise LoadError(f"BPF program failed to load: {exc}") from exc
+        self.tracepoint_fds += attach_raw_tracepoints(self.bpf, bcc)
+        self.bpf["events"].open_ring_buffer(on_event)
+        self.bpf["procs"].open_ring_buffer(on_proc_event)
+        if self.tracking_problem is None:
+            self._attach_tracepoints(bcc)
+        return name
+
+    def _attach_tracepoints(self, bcc: Any) -> None:
+        from bcc.libbcc import lib
+
+        for category, event, program, _ in TRACEPOINTS:
+            try:
+                fd = self.bpf.load_func(program.encode(), bcc.BPF.TRACEPOINT).fd
+            except Exception as exc:
+                raise LoadError(f"BPF program {program} failed to load: {exc}") from exc
+            tp = lib.bpf_attach_tracepoint(fd, category.encode(), event.encode())
+            if tp < 0:
+                self.tracking_problem = f"cannot attach to tracepoint {category}:{event}"
+                return
+            self.tracepoint_fds.append(tp)
+
+    def unload(self, attachments: Iterable[attach.Attachment]) -> None:
+        """The uprobes of `attachments` detached, the tracepoints closed, the program
+        and its maps freed."""
+        if self.mech is not None:
+            self.mech.detach(attachments)
+        attach.close_all(self.tracepoint_fds, os.close)
+        self.tracepoint_fds = []
+        self.bpf.cleanup()

@@ -250,7 +250,7 @@ def test_counts_render_whole_and_never_go_down(maps: Any, nvml: None,
     _clear(maps)
     with tempfile.TemporaryDirectory() as procfs:
         engine = Engine(procfs, names_max=100, pid_label=pid_label, rescan_interval=3600)
-        engine._bpf = maps  # the maps alone: no probe attached, no event loop
+        engine.program.bpf = maps  # the maps alone: no probe attached, no event loop
         source = _Source(engine)
 
         class Ebpf(EbpfCollector):

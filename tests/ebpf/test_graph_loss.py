@@ -31,15 +31,15 @@ def engine() -> Iterator[Engine]:
     try:
         with tempfile.TemporaryDirectory() as procfs:
             e = Engine(procfs, names_max=10, pid_label=False, rescan_interval=3600)
-            e._bpf = bpf  # the maps alone: no probe attached, no event loop
-            bpf["events"].open_ring_buffer(e._on_event)
+            e.program.bpf = bpf  # the maps alone: no probe attached, no event loop
+            bpf["events"].open_ring_buffer(e.events.on_event)
             yield e
     finally:
         bpf.cleanup()
 
 
 def _count(e: Engine, name: str, key: int, value: int) -> None:
-    table = e._bpf[name]
+    table = e.program.bpf[name]
     table[table.Key(key)] = table.Leaf(value)
 
 
@@ -48,7 +48,7 @@ def _read(e: Engine, etype: int, ident: int, target: int = 0, lost: int = 0) -> 
     it was written, as program.c writes it."""
     raw = abi.GRAPH_EVENT.pack(etype, TGID, RT, 0, lost, ident, target)
     buf = ctypes.create_string_buffer(raw, len(raw))
-    assert e._on_event(None, ctypes.addressof(buf), len(raw)) == 0
+    assert e.events.on_event(None, ctypes.addressof(buf), len(raw)) == 0
 
 
 def test_a_graph_missing_a_lost_node_is_unknown_and_one_built_after_is_named(
@@ -68,7 +68,7 @@ def test_a_graph_missing_a_lost_node_is_unknown_and_one_built_after_is_named(
     _count(e, "drops", abi.DROP_GRAPH_EVENTS_FULL, 2)  # serial 3's instantiation
     _count(e, "graph_state", 2, 3)  # the last serial given
     assert e.graphs.kernels(TGID, 3) == "pending"  # until the buffer is read out
-    e._read_out()  # the end of the loop's turn
+    e.events.read_out()  # the end of the loop's turn
     assert e.graphs.kernels(TGID, 1) is None  # not short of node B: unknown
     assert e.graphs.kernels(TGID, 2) == Counter({(RT, A): 1, (RT, B): 1})
     assert e.graphs.kernels(TGID, 3) is None  # its record was lost
