@@ -73,14 +73,17 @@ def test_an_exited_process_is_held_back_until_its_graph_event_is_read(tmp_path: 
     p.name(TGID, GEMM, "_Z6k_gemmv")
     p.name(TGID, RELU, "_Z6k_relui")
     p.count(TGID, abi.FAM_LAUNCH, abi.API_GRAPH, GRAPH, 4)
+    p.shape(TGID, slot=5, grid_slot=0, n=0, launches=[(abi.API_GRAPH, GRAPH, 2)])
     p.exit(TGID)
     for _ in range(3):
         assert _launches(p.reader.read()) == {}
         assert len(p.maps["stats"]) == 1  # held: not folded
+        assert p.maps["free_slots"].values == []
     p.graph(TGID, SERIAL, [(abi.API_DRIVER, GEMM), (abi.API_DRIVER, RELU)])
-    assert _launches(p.reader.read()) == {("k_gemm", "graph", TGID): 4,
-                                          ("k_relu", "graph", TGID): 4}
+    assert _launches(p.reader.read()) == {("k_gemm", "graph", TGID): 4 + 2,
+                                          ("k_relu", "graph", TGID): 4 + 2}
     assert len(p.maps["stats"]) == 0
+    assert p.maps["free_slots"].values == [5]
 
 
 def test_a_held_process_is_given_up_once_the_loop_has_read_past_its_exit(
