@@ -36,11 +36,12 @@ log = logging.getLogger("gpu_exporter.ebpf")
 
 
 class Engine:
+    """The parts wired together. One stop event is shared: once the engine closes, no
+    file is attached any more and the event loop ends. Reads hold the reader's lock (one
+    at a time), the files with probes the attacher's, graphs their own."""
+
     def __init__(self, procfs: str, names_max: int, pid_label: bool,
                  rescan_interval: float, mechanism: str = "auto") -> None:
-        self.procfs = procfs
-        self.pid_label = pid_label
-        self.rescan_interval = rescan_interval
         self.resolver = Resolver(procfs, NameCap(names_max))
         self.scanner = Scanner(procfs)
         self.graphs = Graphs()
