@@ -2,8 +2,9 @@
 several jobs; split it by job, as the eBPF engine was). A class counts from its `class`
 line to its last line, docstrings and comments included.
 
-The classes over the limit when the check came are listed with why and their size then:
-each may shrink but not grow, and leaves the list once it fits.
+The classes over the limit when the check came are listed by name (so that moving their
+module does not touch the list) with why; a listed class may not pass HARD_MAX, and
+leaves the list once it fits.
 """
 
 from __future__ import annotations
@@ -13,42 +14,42 @@ import ast
 from tests.helpers import REPO
 
 MAX_LINES = 300
+HARD_MAX = 400  # not even a listed class
 
-# "module path::class": (its lines when listed, why it is not split yet).
-OVER: dict[str, tuple[int, str]] = {
-    "gpu_exporter/nvml/stack.py::NvmlStack": (
-        371, "the NVML session and every feature probe; not split by issue #24's engine "
-             "work, left for the NVML source move"),
-    "gpu_exporter/collectors/processes.py::ProcessesCollector": (
-        319, "the process families and the energy split; attribution becomes its own step "
-             "in issue #24 (another worktree), which shrinks it"),
-    "gpu_exporter/webserver.py::HttpServer": (
-        302, "the asyncio HTTP front (issue #21), at the limit"),
+# class name: why it is not split yet (its lines when listed).
+OVER: dict[str, str] = {
+    "NvmlStack": "the NVML session and every feature probe (371); not split with the eBPF "
+                 "engine, left for after the move of NVML's sources",
+    "ProcessesCollector": "the process families and the energy split (319); attribution "
+                          "becomes its own step in issue #24 (another worktree)",
+    "HttpServer": "the asyncio HTTP front of issue #21 (302), at the limit",
 }
 
 
-def _classes() -> dict[str, int]:
-    out = {}
+def _classes() -> dict[str, tuple[str, int]]:
+    """Every class of the package: its name -> (where, its lines)."""
+    out: dict[str, tuple[str, int]] = {}
     for path in sorted((REPO / "gpu_exporter").rglob("*.py")):
         tree = ast.parse(path.read_text(), str(path))
         for node in ast.walk(tree):
             if isinstance(node, ast.ClassDef):
                 assert node.end_lineno is not None
-                rel = path.relative_to(REPO).as_posix()
-                out[f"{rel}::{node.name}"] = node.end_lineno - node.lineno + 1
+                lines = node.end_lineno - node.lineno + 1
+                where = f"{path.relative_to(REPO).as_posix()}::{node.name}"
+                if lines > out.get(node.name, ("", 0))[1]:
+                    out[node.name] = (where, lines)
     return out
 
 
 def test_no_class_is_over_300_lines() -> None:
-    sizes = _classes()
-    over = {name: n for name, n in sizes.items() if n > MAX_LINES and name not in OVER}
+    over = {where: n for name, (where, n) in _classes().items()
+            if n > (HARD_MAX if name in OVER else MAX_LINES)}
     assert not over, f"classes over {MAX_LINES} lines: split them by job: {over}"
 
 
-def test_a_listed_class_does_not_grow_and_leaves_the_list_once_it_fits() -> None:
+def test_a_listed_class_leaves_the_list_once_it_fits() -> None:
     sizes = _classes()
-    for name, (listed, why) in OVER.items():
-        assert name in sizes, f"{name} is gone: take it off OVER"
-        assert sizes[name] <= listed, (name, sizes[name], f"grew past its {listed} lines", why)
-        assert sizes[name] > MAX_LINES, f"{name} fits in {MAX_LINES} lines: take it off OVER"
-
+    for name in OVER:
+        assert name in sizes, f"no class {name} any more: take it off OVER"
+        where, n = sizes[name]
+        assert n > MAX_LINES, f"{where} fits in {MAX_LINES} lines ({n}): take it off OVER"
