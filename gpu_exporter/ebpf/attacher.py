@@ -71,7 +71,6 @@ class Attacher:
                 leaving.result()  # mapped again while its old probes go: never both at once
             self._attach(cand)
 
-
     def _attach(self, cand: Candidate) -> None:
         mech = self.program.mech
         assert mech is not None
@@ -101,7 +100,6 @@ class Attacher:
             self._files[cand.file] = _File(cand.file, cand.path, attachment)
         log.info("attached %d probes to %s (pid %d)", attachment.probes, cand.path, cand.pid)
 
-
     def _attach_failed(self, cand: Candidate, what: str, exc: Exception) -> None:
         """A file that cannot be probed is not tried again (said once). But when the path
         it was opened by is gone (the process whose /proc/<pid>/map_files link it was
@@ -113,7 +111,6 @@ class Attacher:
             return
         log.warning("%s %s (pid %d): %s", what, cand.path, cand.pid, exc)
         self._failed.add(cand.file)
-
 
     def detach_unmapped(self, mapped: set[FileId]) -> None:
         gone: list[_File] = []
@@ -131,7 +128,6 @@ class Attacher:
             for file_id in {f.file for f in gone}:
                 self._detaching[file_id] = job
 
-
     def _detach(self, gone: list[_File]) -> None:
         """In the background: closing links waits for the kernel (tens of ms), and new
         processes should not wait for that to be probed."""
@@ -148,7 +144,6 @@ class Attacher:
             with self._files_lock:
                 for f in gone:
                     self._detaching.pop(f.file, None)
-
 
     @property
     def attached_libraries(self) -> list[str]:

@@ -141,7 +141,6 @@ class EventLoop:
                 self.graphs.building_lost()
             self.graphs.serials_lost(serial)
 
-
     def on_proc_event(self, _ctx: Any, data: Any, size: int) -> int:
         _, tgid = abi.PROC_EVENT.unpack(ctypes.string_at(data, abi.PROC_EVENT.size))
         self.scans.ask(tgid)

@@ -36,7 +36,6 @@ RAW_TRACEPOINTS: tuple[tuple[str, str], ...] = (("sched_process_exit", "on_threa
 _FIELD = re.compile(r"field:[^;]*?\b(\w+)(?:\[\d*\])?;\s*offset:(\d+);")
 
 
-
 def scalar(x: Any) -> int:
     """A map key or value of a scalar type: batched reads give ints, others ctypes."""
     return x if isinstance(x, int) else int(x.value)

@@ -68,7 +68,7 @@ class HoldBack:
         self._held.pop(tgid, None)
 
     def judge(self, stats: list[tuple[Any, Any]], shapes: list[tuple[int, Any]],
-                   alive: Callable[[int], bool]) -> set[int]:
+              alive: Callable[[int], bool]) -> set[int]:
         """Exited processes not folded this read: a launch of theirs is of an executable
         graph whose event has not been read yet: until the event loop has read what was
         written before (or for _HOLD_SECONDS at most; then their graph launches count as
@@ -98,7 +98,6 @@ class HoldBack:
         return held
 
 
-
 class MapReader:
     """Reads the BPF maps at scrape (one read at a time) and folds the exited."""
 
@@ -125,9 +124,8 @@ class MapReader:
             self.counters.nvml = nvml if nvml is not None and nvml.complete else None
             return self._read()
 
-
     def _read(self) -> CudaActivity:
-        totals: dict[tuple[int, CallKey, int], int] = defaultdict(int)
+        totals: Totals = defaultdict(int)
         for key, n in self._retired.values.items():
             totals[key] += n
         live: dict[int, bool] = {}
@@ -175,7 +173,6 @@ class MapReader:
         self._prune_captures(alive)
         return activity(totals, self._dropped(), self.attached())
 
-
     def _prune_captures(self, alive: Callable[[int], bool]) -> None:
         """Captures whose process exited without ending them: no longer open (so launches
         stop looking their streams up), and the graph maps' entries of the dead freed."""
@@ -199,9 +196,8 @@ class MapReader:
                     with contextlib.suppress(KeyError):
                         del table[k]
 
-
     def _fold(self, dead_stats: list[Any], dead_shapes: list[Any],
-              totals: dict[tuple[int, CallKey, int], int]) -> None:
+              totals: Totals) -> None:
         """Move the counts of exited processes out of the BPF maps into our own totals,
         so the maps do not fill up with the dead; the sums stay monotonic."""
         if not dead_stats and not dead_shapes:
@@ -230,8 +226,7 @@ class MapReader:
                     del execs[k]
         self.counters.forget(tgids)
 
-
-    def _fold_stats(self, keys: list[Any], totals: dict[tuple[int, CallKey, int], int]
+    def _fold_stats(self, keys: list[Any], totals: Totals
                     ) -> list[Any]:
         """Move final counters (of exited processes, of retired executable graphs) out of
         `stats` into our own totals; returns those moved (one whose executable graph's
@@ -254,10 +249,9 @@ class MapReader:
                 totals[key] += m
         return moved
 
-
     def _fold_retired(self, final_stats: list[Any], retired: dict[int, set[int]],
                       in_slots: dict[int, set[int]],
-                      totals: dict[tuple[int, CallKey, int], int]) -> None:
+                      totals: Totals) -> None:
         """The counters of retired executable graphs folded, so that updating one (a new
         serial each time) does not fill `stats`; their serials forgotten, but for those a
         launch counter of the process's shape value holds (never given up)."""
@@ -268,7 +262,6 @@ class MapReader:
                 left[int(k.tgid)].add(serial(k.fam, k.sub, k.id))
         for tgid, serials in retired.items():
             self.graphs.forget_serials(tgid, serials - in_slots[tgid] - left[tgid])
-
 
     def _free_slot(self, tgid: int) -> list[tuple[tuple[int, CallKey, int], int]] | None:
         """The final rows of an exited process's shape value; its slot zeroed and given
@@ -290,7 +283,6 @@ class MapReader:
         free.push(free.Leaf(slot))
         return rows
 
-
     def _entries(self, name: str) -> list[tuple[Any, Any]]:
         table = self._bpf[name]
         try:
@@ -298,7 +290,6 @@ class MapReader:
         except Exception:
             # Kernels without batched lookups (before 5.6).
             return list(table.items())
-
 
     def _shape_entries(self) -> list[tuple[int, Any]]:
         """(process, shape value) of every process holding a slot of `shapes`."""
@@ -311,8 +302,6 @@ class MapReader:
                 if int(v.tgid) == tgid:  # not a slot being given out right now
                     out.append((tgid, v))
         return out
-
-
 
     def _dropped(self) -> dict[str, int]:
         dropped = {}
