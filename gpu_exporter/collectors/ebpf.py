@@ -85,9 +85,14 @@ class ActivitySource(Protocol):
     """Where the collector reads CUDA activity: the probe engine (`ebpf.probes.Engine`),
     or any source with its read() and its attach facts (passed to the collector)."""
 
-    wanted_mechanism: str
-    mechanism_problem: str | None
-    tracking_problem: str | None
+    @property
+    def wanted_mechanism(self) -> str: ...
+
+    @property
+    def mechanism_problem(self) -> str | None: ...
+
+    @property
+    def tracking_problem(self) -> str | None: ...
 
     @property
     def mechanism(self) -> str: ...
@@ -132,7 +137,8 @@ class EbpfCollector(Collector):
         problem = missing_privileges(effective_capabilities()) or kernel_headers_missing()
         if problem:
             return Availability.unavailable(problem)
-        from gpu_exporter.ebpf.probes import Engine, LoadError
+        from gpu_exporter.ebpf.loader import LoadError
+        from gpu_exporter.ebpf.probes import Engine
 
         if self.settings.check_only:
             return self._check(bcc)
@@ -157,7 +163,7 @@ class EbpfCollector(Collector):
     def _check(self, bcc: Any) -> Availability:
         """`doctor`: everything start() needs, without attaching a probe anywhere."""
         from gpu_exporter.ebpf.discovery import Scanner
-        from gpu_exporter.ebpf.probes import LoadError, check
+        from gpu_exporter.ebpf.loader import LoadError, check
 
         try:
             mechanism = check(bcc)

@@ -59,7 +59,7 @@ def programs() -> dict[str, Any]:
     import bcc
 
     from gpu_exporter.ebpf import attach
-    from gpu_exporter.ebpf.probes import load_bpf, uprobe_programs
+    from gpu_exporter.ebpf.loader import load_bpf, uprobe_programs
 
     noop, ours = bcc.BPF(text=NOOP), load_bpf(bcc)
     frames = load_bpf(bcc, extra_flags=("-DFRAMES_ONLY=1",))

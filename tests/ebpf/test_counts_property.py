@@ -36,7 +36,8 @@ from prometheus_client import generate_latest
 from gpu_exporter.collectors import NvidiaCollector
 from gpu_exporter.collectors.ebpf import EbpfCollector
 from gpu_exporter.ebpf import abi
-from gpu_exporter.ebpf.probes import Engine, load_bpf
+from gpu_exporter.ebpf.loader import load_bpf
+from gpu_exporter.ebpf.probes import Engine
 from gpu_exporter.ebpf.reading import CudaActivity, NvmlView
 from gpu_exporter.exporter import GpuExporterCollector, make_registry
 from gpu_exporter.settings import Settings
@@ -249,7 +250,7 @@ def test_counts_render_whole_and_never_go_down(maps: Any, nvml: None,
     _clear(maps)
     with tempfile.TemporaryDirectory() as procfs:
         engine = Engine(procfs, names_max=100, pid_label=pid_label, rescan_interval=3600)
-        engine._bpf = maps  # the maps alone: no probe attached, no event loop
+        engine.program.bpf = maps  # the maps alone: no probe attached, no event loop
         source = _Source(engine)
 
         class Ebpf(EbpfCollector):

@@ -238,8 +238,7 @@ def test_an_exited_process_is_held_until_its_graph_events_are_read(cuda_build: B
     with engine() as e:
         w = Workload([cuda_build.path("graphs")], {"FAKE_CUDA_FAIL": "cuStreamEndCapture=901x1"})
         e.rescan()
-        e._stop.set()  # the event loop stops: nothing reads the events from here on
-        e._thread.join(10)
+        e.events.stop()  # the event loop stops: nothing reads the events from here on
 
         def by_name() -> dict[str, int]:
             return {x.kernel_name: x.count for x in e.read().launches

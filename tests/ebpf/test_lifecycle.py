@@ -191,7 +191,7 @@ def test_both_attach_mechanisms_place_count_and_remove_probes(cuda_build: Build,
     import bcc
 
     from gpu_exporter.ebpf import abi, attach
-    from gpu_exporter.ebpf.probes import load_bpf, uprobe_programs
+    from gpu_exporter.ebpf.loader import load_bpf, uprobe_programs
 
     assert attach.uprobe_multi_supported() is None
     for name in attach.MECHANISMS:
@@ -265,7 +265,7 @@ def test_a_file_whose_mapper_exits_during_the_attach_is_tried_again(cuda_build: 
     gone.wait()
     with engine() as e:
         # What the scan found, opened after its process exited.
-        e._attach_new([Candidate(file, gone.pid, lib,
+        e.attacher.attach_new([Candidate(file, gone.pid, lib,
                                  f"/proc/{gone.pid}/map_files/7f0000000000-7f0000001000")])
         assert lib not in e.read().attached_libraries
         w = Workload([str(d / "driver_only"), "driver", "3"])

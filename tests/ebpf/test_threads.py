@@ -36,7 +36,7 @@ def test_threads_beyond_the_table_counted_exactly_and_exits_free_their_places(
     import bcc
 
     from gpu_exporter.ebpf import attach
-    from gpu_exporter.ebpf.probes import attach_raw_tracepoints, load_bpf, uprobe_programs
+    from gpu_exporter.ebpf.loader import attach_raw_tracepoints, load_bpf, uprobe_programs
 
     d = fresh_copy(cuda_build, tmp_path / "img")
     lib = str(d / "libcudart.so.12")
@@ -77,7 +77,7 @@ def test_a_place_not_freed_without_the_exit_tracepoint(cuda_build: Build,
     import bcc
 
     from gpu_exporter.ebpf import attach
-    from gpu_exporter.ebpf.probes import load_bpf, uprobe_programs
+    from gpu_exporter.ebpf.loader import load_bpf, uprobe_programs
 
     d = fresh_copy(cuda_build, tmp_path / "img")
     lib = str(d / "libcudart.so.12")

@@ -14,8 +14,8 @@ import pytest
 from gpu_exporter.ebpf import abi
 from gpu_exporter.ebpf.discovery import _NAMED, parse_maps
 from gpu_exporter.ebpf.elf import ElfError, ElfFile, read_symbols
+from gpu_exporter.ebpf.loader import DEFAULT_TRACEPOINT_OFFSETS, program_text, tracepoint_offsets
 from gpu_exporter.ebpf.names import OTHER, UNKNOWN, NameCap, demangle, kernel_name
-from gpu_exporter.ebpf.probes import DEFAULT_TRACEPOINT_OFFSETS, program_text, tracepoint_offsets
 from gpu_exporter.ebpf.reading import BYTES_BOUNDS_LOG2, cumulative
 from tests.ebpf.conftest import CSRC, Build
 from tests.helpers import REPO
@@ -303,10 +303,10 @@ def test_program_that_does_not_compile_is_a_fault(monkeypatch: pytest.MonkeyPatc
     "unavailable" feature. Real bcc, real clang: only the source text is broken."""
     from gpu_exporter.collectors.base import CollectorFault
     from gpu_exporter.collectors.ebpf import EbpfCollector
-    from gpu_exporter.ebpf import probes
+    from gpu_exporter.ebpf import loader
     from gpu_exporter.settings import Settings
 
-    monkeypatch.setattr(probes, "program_text", lambda: "int broken( {")
+    monkeypatch.setattr(loader, "program_text", lambda: "int broken( {")
     with pytest.raises(CollectorFault, match="failed to compile or load"):
         EbpfCollector(Settings(enabled_collectors=frozenset({"ebpf"}))).start()
 
@@ -402,7 +402,7 @@ def test_compiler_pages_given_back_after_compiling_and_programs_still_load() -> 
     import bcc
 
     from gpu_exporter.ebpf import attach, compiler_pages
-    from gpu_exporter.ebpf.probes import load_bpf, uprobe_programs
+    from gpu_exporter.ebpf.loader import load_bpf, uprobe_programs
 
     bpf = load_bpf(bcc)
     try:
