@@ -5,17 +5,24 @@ and TLS are the front's (gpu_exporter/webserver.py)."""
 from __future__ import annotations
 
 import asyncio
+import gzip
 import html
 import logging
 import re
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
-from prometheus_client.exposition import make_wsgi_app
+from prometheus_client.exposition import (
+    CONTENT_TYPE_PLAIN_0_0_4,
+    choose_encoder,
+    generate_latest,
+    make_wsgi_app,
+)
 from prometheus_client.registry import CollectorRegistry
 
 from gpu_exporter import __version__, flagtypes
+from gpu_exporter.render import TextRenderer
 from gpu_exporter.settings import ConfigError
 from gpu_exporter.webconfig import AuthBusy, BasicAuth, CertificateReloader, WebConfig
 from gpu_exporter.webserver import HttpServer, Limits, Request, Response, error_response
@@ -65,6 +72,8 @@ class App:
         # prometheus_client's own /metrics application: content negotiation (text,
         # OpenMetrics), gzip, and `name[]` filtering, exactly as the library serves them.
         self.metrics_app = make_wsgi_app(registry)
+        # The default answer (text 0.0.4, no `name[]`), the same bytes, rendered faster.
+        self.text = TextRenderer()
         self.telemetry_path = telemetry_path
         self.auth = auth
         self._workers = ThreadPoolExecutor(max_workers=workers,
@@ -118,6 +127,15 @@ class App:
                      [("WWW-Authenticate", 'Basic realm="gpu-exporter"')])
 
     def _metrics(self, query: str, headers: dict[str, str], head: bool) -> Response:
+        accept = accept_known_versions(headers.get("accept", ""))
+        gzipped = gzip_wanted(headers.get("accept-encoding", ""))
+        if choose_encoder(accept)[0] is generate_latest and "name[]" not in parse_qs(query):
+            body = self.text.render(self.registry)
+            out = [("Content-Type", CONTENT_TYPE_PLAIN_0_0_4)]
+            if gzipped:
+                body = gzip.compress(body)
+                out.append(("Content-Encoding", "gzip"))
+            return Response(200, body, out, head_only=head)
         answer: dict[str, Any] = {}
 
         def start_response(status: str, response_headers: list[tuple[str, str]]) -> None:
@@ -126,9 +144,8 @@ class App:
         environ = {
             "REQUEST_METHOD": "GET", "PATH_INFO": self.telemetry_path,
             "QUERY_STRING": query,
-            "HTTP_ACCEPT": accept_known_versions(headers.get("accept", "")),
-            "HTTP_ACCEPT_ENCODING": "gzip" if gzip_wanted(
-                headers.get("accept-encoding", "")) else "",
+            "HTTP_ACCEPT": accept,
+            "HTTP_ACCEPT_ENCODING": "gzip" if gzipped else "",
         }
         body = b"".join(self.metrics_app(environ, start_response))
         return Response(answer["status"], body, list(answer["headers"]), head_only=head)
