@@ -26,7 +26,7 @@ _TYPES = {"counter": "counter", "info": "gauge", "stateset": "gauge",
           "gaugehistogram": "histogram", "unknown": "untyped"}
 _NAME_SUFFIX = {"counter": "_total", "info": "_info"}
 
-_Key = tuple[str, tuple[tuple[str, str], ...]]
+_Key = tuple[str, ...]  # the name, the label names, the label values: one flat tuple
 
 
 def _value(v: str) -> str:
@@ -52,10 +52,10 @@ class TextRenderer:
     threads: each render reads the previous prefixes and publishes its own when done."""
 
     def __init__(self) -> None:
-        self._prefixes: dict[_Key, str] = {}
+        self._prefixes: dict[_Key, tuple[_Key, str]] = {}
 
     def render(self, registry: Collector) -> bytes:
-        previous, prefixes = self._prefixes, dict[_Key, str]()
+        previous, prefixes = self._prefixes, dict[_Key, tuple[_Key, str]]()
         out: list[str] = []
         for metric in registry.collect():
             mtype = metric.type
@@ -63,11 +63,16 @@ class TextRenderer:
                              _TYPES.get(mtype, mtype)))
             moved: dict[str, list[str]] = {}
             for s in metric.samples:
-                key = (s.name, tuple(s.labels.items()))
-                prefix = previous.get(key) or prefixes.get(key)
-                if prefix is None:
-                    prefix = _prefix(s.name, s.labels)
-                prefixes[key] = prefix
+                key = (s.name, *s.labels, *s.labels.values())
+                entry = previous.get(key) or prefixes.get(key)
+                if entry is None:
+                    entry = key, _prefix(s.name, s.labels)
+                # The entry's own key object is kept, not this scrape's equal one: what
+                # the cache holds then dates from the scrape that first saw the series,
+                # instead of pinning the memory of every scrape (a high-water after a
+                # burst of concurrent scrapes).
+                prefixes[entry[0]] = entry
+                prefix = entry[1]
                 stamp = "" if s.timestamp is None else f" {int(float(s.timestamp) * 1000):d}"
                 line = f"{prefix}{_go_float(s.value)}{stamp}\n"
                 suffix = s.name[len(metric.name):] if s.name.startswith(metric.name) else ""
