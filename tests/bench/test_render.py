@@ -1,4 +1,4 @@
-"""Benchmark 10: the text exposition, prometheus_client's `generate_latest` against
+"""Benchmark 8: the text exposition, prometheus_client's `generate_latest` against
 gpu_exporter/render.py (label text reused from the previous scrape), side by side in
 one run on the same families: each round collects the exporter's families afresh (new
 label strings, as a real scrape has) and renders them both ways, in alternating order.
