@@ -166,10 +166,12 @@ def test_the_app_renders_the_default_variant_only() -> None:
     status, headers, body = _get(app, "/metrics", {"accept-encoding": "gzip"})
     assert gzip.decompress(body) == text and headers["Content-Encoding"] == "gzip"
     assert len(rendered) == 2
+    head = asyncio.run(app(Request("HEAD", "/metrics", "1.1", {}, "127.0.0.1")))
+    assert head.head_only and head.body == text and len(rendered) == 3
     # OpenMetrics and name[] stay prometheus_client's.
     status, headers, body = _get(
         app, "/metrics", {"accept": "application/openmetrics-text; version=1.0.0"})
     assert body == openmetrics_latest(registry)  # type: ignore[no-untyped-call]
-    assert len(rendered) == 2
+    assert len(rendered) == 3
     status, headers, body = _get(app, "/metrics?name[]=g", {})
-    assert body == text and len(rendered) == 2
+    assert body == text and len(rendered) == 3
