@@ -9,16 +9,14 @@ import gzip
 import html
 import logging
 import re
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from prometheus_client.exposition import (
-    CONTENT_TYPE_PLAIN_0_0_4,
-    choose_encoder,
-    generate_latest,
-    make_wsgi_app,
-)
+from prometheus_client.exposition import choose_encoder, generate_latest, make_wsgi_app
+from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 from prometheus_client.registry import CollectorRegistry
 
 from gpu_exporter import __version__, flagtypes
@@ -34,6 +32,8 @@ READ_HEADER_TIMEOUT_SECONDS = 10.0
 # threads; a connection has at most one request in progress, so at most max_connections
 # wait for them.
 SCRAPE_WORKERS = 4
+
+_Render = Callable[[CollectorRegistry], bytes]
 
 
 class ListenError(Exception):
@@ -72,7 +72,8 @@ class App:
         # prometheus_client's own /metrics application: content negotiation (text,
         # OpenMetrics), gzip, and `name[]` filtering, exactly as the library serves them.
         self.metrics_app = make_wsgi_app(registry)
-        # The default answer (text 0.0.4, no `name[]`), the same bytes, rendered faster.
+        # The default answers (text 0.0.4, Prometheus' OpenMetrics; no `name[]`): the
+        # library's bytes, rendered faster.
         self.text = TextRenderer()
         self.telemetry_path = telemetry_path
         self.auth = auth
@@ -129,9 +130,10 @@ class App:
     def _metrics(self, query: str, headers: dict[str, str], head: bool) -> Response:
         accept = accept_known_versions(headers.get("accept", ""))
         gzipped = gzip_wanted(headers.get("accept-encoding", ""))
-        if choose_encoder(accept)[0] is generate_latest and "name[]" not in parse_qs(query):
-            body = self.text.render(self.registry)
-            out = [("Content-Type", CONTENT_TYPE_PLAIN_0_0_4)]
+        render = self._own_rendering(accept) if "name[]" not in parse_qs(query) else None
+        if render is not None:
+            body = render[0](self.registry)
+            out = [("Content-Type", render[1])]
             if gzipped:
                 body = gzip.compress(body)
                 out.append(("Content-Encoding", "gzip"))
@@ -149,6 +151,20 @@ class App:
         }
         body = b"".join(self.metrics_app(environ, start_response))
         return Response(answer["status"], body, list(answer["headers"]), head_only=head)
+
+
+    def _own_rendering(self, accept: str) -> tuple[_Render, str] | None:
+        """gpu_exporter/render.py's renderer and Content-Type where prometheus_client would
+        write text 0.0.4, or OpenMetrics 1.0.0 with the default escaping (what Prometheus
+        asks for); None for every other variant."""
+        encoder, content_type = choose_encoder(accept)
+        if encoder is generate_latest:
+            return self.text.render, content_type
+        if (isinstance(encoder, partial) and encoder.func is openmetrics_latest
+                and encoder.keywords == {"escaping": "underscores", "version": "1.0.0"}
+                and "escaping=" not in accept.lower()):
+            return self.text.render_openmetrics, content_type
+        return None
 
 
 def gzip_wanted(accept_encoding: str) -> bool:

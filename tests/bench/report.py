@@ -154,10 +154,11 @@ def _sysfs_readers(rows: Mapping[str, Any]) -> list[str]:
 
 
 def _render(rows: Mapping[str, Any]) -> list[str]:
-    out = ["| GPUs | generate_latest p50 / p99 | gpu_exporter/render.py p50 / p99 | ratio p50 |",
-           "|---|---|---|---|"]
-    for r in sorted(rows.values(), key=lambda r: r["gpus"]):
-        out.append(f"| {r['gpus']} | {ms(r['library_p50'])} / {ms(r['library_p99'])} | "
+    out = ["| format | GPUs | prometheus_client p50 / p99 | gpu_exporter/render.py p50 / p99 "
+           "| ratio p50 |", "|---|---|---|---|---|"]
+    for r in sorted(rows.values(), key=lambda r: (r.get("variant", "text"), r["gpus"])):
+        out.append(f"| {r.get('variant', 'text')} | {r['gpus']} | "
+                   f"{ms(r['library_p50'])} / {ms(r['library_p99'])} | "
                    f"{ms(r['ours_p50'])} / {ms(r['ours_p99'])} | "
                    f"{r['ours_p50'] / r['library_p50']:.2f}× |")
     return out

@@ -1,8 +1,10 @@
-"""gpu_exporter/render.py writes what prometheus_client's `generate_latest` writes, byte
-for byte: on every golden exposition, and on randomised families (label escaping,
-NaN/Inf, histograms, timestamps, the OpenMetrics-only samples), rendered twice so that
-the second render reuses the first one's label text. And the web App serves it only for
-the default negotiation."""
+"""gpu_exporter/render.py writes what prometheus_client's `generate_latest` (text 0.0.4
+and OpenMetrics 1.0.0) writes, byte for byte: on every golden exposition, and on
+randomised families (label escaping, NaN/Inf, histograms, units, timestamps, the
+OpenMetrics-only samples), rendered twice so that the second render reuses the first
+one's label text. And the web App serves it only for
+the default negotiations (text 0.0.4, and the OpenMetrics 1.0.0 that Prometheus asks
+for)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.core import (
     CounterMetricFamily,
+    Exemplar,
     GaugeHistogramMetricFamily,
     GaugeMetricFamily,
     HistogramMetricFamily,
@@ -57,6 +60,9 @@ def assert_same(registry: CollectorRegistry, renderer: TextRenderer | None = Non
     expected = generate_latest(registry)
     assert renderer.render(registry) == expected  # fresh
     assert renderer.render(registry) == expected  # from the previous render's label text
+    expected = openmetrics_latest(registry)  # type: ignore[no-untyped-call]
+    assert renderer.render_openmetrics(registry) == expected
+    assert renderer.render_openmetrics(registry) == expected
 
 
 def test_every_golden_renders_as_prometheus_client_does() -> None:
@@ -70,7 +76,7 @@ def test_every_golden_renders_as_prometheus_client_does() -> None:
 
 
 _text = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=12)
-_name = st.from_regex(r"[a-zA-Z_][a-zA-Z0-9_]{0,10}", fullmatch=True)
+_name = st.from_regex(r"[a-zA-Z_:][a-zA-Z0-9_:]{0,10}", fullmatch=True)
 _label_name = st.from_regex(r"[a-zA-Z][a-zA-Z0-9_]{0,8}", fullmatch=True)
 _value = st.one_of(st.floats(allow_nan=True, allow_infinity=True),
                    st.integers(-2**60, 2**60), st.sampled_from([math.inf, -math.inf, math.nan,
@@ -92,7 +98,9 @@ def families(draw: st.DrawFn) -> list[Metric]:
                                        _value, _stamp), max_size=4))
         fam: Metric
         if kind == "gauge":
-            fam = GaugeMetricFamily(name, doc, labels=keys)
+            unit = draw(st.sampled_from(["", "bytes", "seconds"]))
+            fam = GaugeMetricFamily(name + (f"_{unit}" if unit else ""), doc, labels=keys,
+                                    unit=unit)
         elif kind == "counter":
             fam = CounterMetricFamily(name, doc, labels=keys)
         elif kind == "untyped":
@@ -139,6 +147,13 @@ def test_random_families_render_as_prometheus_client_does(
     assert_same(registry_of(second + first[:2]), renderer)
 
 
+def test_exemplars_are_rendered_by_the_library() -> None:
+    fam = CounterMetricFamily("c", "a counter", labels=["k"])
+    fam.add_metric(["v"], 3.0)
+    fam.samples[0] = fam.samples[0]._replace(exemplar=Exemplar({"trace_id": "abc"}, 1.0, 2.0))
+    assert_same(registry_of([fam]))
+
+
 def _get(app: App, target: str, headers: dict[str, str], method: str = "GET") -> tuple[
         int, dict[str, str], bytes]:
     request = Request(method, target, "1.1", headers, "127.0.0.1")
@@ -159,6 +174,14 @@ def test_the_app_renders_the_default_variant_only() -> None:
         return original(reg)
 
     app.text.render = counting  # type: ignore[method-assign,assignment]
+    rendered_om: list[int] = []
+    original_om = app.text.render_openmetrics
+
+    def counting_om(reg: Collector) -> bytes:
+        rendered_om.append(1)
+        return original_om(reg)
+
+    app.text.render_openmetrics = counting_om  # type: ignore[method-assign,assignment]
     text = generate_latest(registry)
     status, headers, body = _get(app, "/metrics", {})
     assert (status, body, headers["Content-Type"]) == (
@@ -168,10 +191,24 @@ def test_the_app_renders_the_default_variant_only() -> None:
     assert len(rendered) == 2
     head = asyncio.run(app(Request("HEAD", "/metrics", "1.1", {}, "127.0.0.1")))
     assert head.head_only and head.body == text and len(rendered) == 3
-    # OpenMetrics and name[] stay prometheus_client's.
-    status, headers, body = _get(
-        app, "/metrics", {"accept": "application/openmetrics-text; version=1.0.0"})
-    assert body == openmetrics_latest(registry)  # type: ignore[no-untyped-call]
-    assert len(rendered) == 3
+    # What Prometheus 2 asks for: OpenMetrics 1.0.0 first.
+    om_text = openmetrics_latest(registry)  # type: ignore[no-untyped-call]
+    prometheus = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;"
+                  "version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
+    status, headers, body = _get(app, "/metrics", {"accept": prometheus})
+    assert (body, headers["Content-Type"]) == (om_text, "application/openmetrics-text; "
+                                               "version=1.0.0; charset=utf-8; escaping=underscores")
+    assert len(rendered) == 3 and len(rendered_om) == 1
+    # escaping=, another version, text 1.0.0 and name[] stay prometheus_client's.
+    for accept in ("application/openmetrics-text; version=1.0.0; escaping=allow-utf-8",
+                   "application/openmetrics-text; version=1.0.0; escaping=underscores",
+                   "text/plain; version=1.0.0"):
+        status, headers, body = _get(app, "/metrics", {"accept": accept})
+        assert status == 200 and body in (om_text, text), accept
     status, headers, body = _get(app, "/metrics?name[]=g", {})
-    assert body == text and len(rendered) == 3
+    assert body == text
+    assert len(rendered) == 3 and len(rendered_om) == 1
+    # An OpenMetrics version prometheus_client does not write: it answers text 0.0.4.
+    status, headers, body = _get(app, "/metrics",
+                                 {"accept": "application/openmetrics-text; version=0.0.1"})
+    assert body == text and len(rendered) == 4
