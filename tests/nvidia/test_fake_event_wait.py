@@ -42,7 +42,7 @@ def test_event_wait_sleeps_until_the_scenario_changes(tmp_path: Path) -> None:
 
         waiter = threading.Thread(target=wait, daemon=True)
         waiter.start()
-        tid = int(eventually(lambda: got.get("tid"), what="the waiting thread"))
+        tid = int(eventually(lambda: got.get("tid", 0), what="the waiting thread"))
         start = _switches(tid)
         waiter.join(1.0)  # a second of nothing happening
         assert waiter.is_alive()
