@@ -1,7 +1,8 @@
 """Benchmark 1: a full scrape against its floor, side by side in one run.
 
-Exporter: `generate_latest` of the exporter's registry (every collector on its workers,
-label joins, self-metrics, rendering). Floor: the NVML calls that very scrape made,
+Exporter: the exposition the exporter serves by default (every collector on its workers,
+label joins, self-metrics, rendering with gpu_exporter/render.py, which reuses the label
+text of the previous scrape). Floor: the NVML calls that very scrape made,
 replayed straight through pynvml, plus `generate_latest` of the families it produced,
 pre-built. The two alternate round by round (floor, exporter, floor, ...), so drift on
 a shared machine hits both alike.
@@ -23,6 +24,7 @@ from prometheus_client.exposition import generate_latest
 
 from gpu_exporter.collectors.processes import ProcessesCollector
 from gpu_exporter.sources.nvml.gpm import MIN_WINDOW_SECONDS
+from gpu_exporter.render import TextRenderer
 from tests.bench import fleet, floor, procstat
 from tests.bench.conftest import Results
 from tests.bench.stats import percentile
@@ -44,7 +46,12 @@ def test_scrape_vs_floor(benchmark: Any, results: Results, tmp_path: Path, gpus:
                          call_delay_us: int) -> None:
     sc = fleet.scenario(gpus, PROCESSES, call_delay_us)
     with fleet.in_process(sc, tmp_path, KERNEL_SERIES) as (exporter, registry):
-        generate_latest(registry)  # first scrape: per-process state, caches
+        renderer = TextRenderer()
+
+        def serve() -> bytes:
+            return renderer.render(registry)
+
+        serve()  # first scrape: per-process state, caches
         time.sleep(MIN_WINDOW_SECONDS)
         with floor.recording_nvml() as rec:
             families = list(exporter.collect())
@@ -53,7 +60,7 @@ def test_scrape_vs_floor(benchmark: Any, results: Results, tmp_path: Path, gpus:
 
         # The node is what it claims: every GPU up, every process reported, and the
         # floor renders the same exposition the exporter does.
-        text = generate_latest(registry).decode()
+        text = serve().decode()
         series = parse(text)
         assert [s.value for s in find(series, "hw_gpu_up")] == [1.0] * gpus
         assert len(find(series, "process_gpu_memory_usage_bytes")) == PROCESSES
@@ -71,14 +78,14 @@ def test_scrape_vs_floor(benchmark: Any, results: Results, tmp_path: Path, gpus:
         warm = []
         for _ in range(3):
             time.sleep(MIN_WINDOW_SECONDS)
-            warm.append(floor.timed(lambda: generate_latest(registry)))
+            warm.append(floor.timed(serve))
         run_floor()
         rounds = rounds_for(min(warm) + floor_times[-1])
         floor_times.clear()
         benchmark.group = f"scrape {gpus} GPU, {call_delay_us} us/call"
         busy0, own0, wall0 = (procstat.system_busy_seconds(), procstat.self_cpu_seconds(),
                               time.monotonic())
-        benchmark.pedantic(lambda: generate_latest(registry), setup=run_floor,
+        benchmark.pedantic(serve, setup=run_floor,
                            rounds=rounds, iterations=1)
         # CPUs' worth of other processes' work meanwhile: what the tails compete with.
         other_load = ((procstat.system_busy_seconds() - busy0)

@@ -18,7 +18,10 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <libgen.h>
+#include <poll.h>
 #include <string.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -1337,12 +1340,40 @@ static nvmlReturn_t inject_shared(const section_t *s, const char *fn) {
     return NVML_SUCCESS;
 }
 
+/* Blocks until the scenario file may have changed or `ms` have passed, as the real
+ * event wait blocks in the driver: inotify on the file's folder (the tests replace the
+ * file by a rename), watched from the first call on. Polling the file instead woke the
+ * waiting thread 100 times a second and was most of an idle exporter's CPU. Without
+ * inotify it falls back to a 10 ms poll. */
+static void until_changed(int *fd, long long ms) {
+    const char *path = getenv("FAKE_NVML_SCENARIO");
+    if (*fd < 0 && path) {
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s", path);
+        *fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+        if (*fd >= 0 && inotify_add_watch(*fd, dirname(dir), IN_CLOSE_WRITE | IN_MOVED_TO |
+                                          IN_CREATE | IN_DELETE | IN_MODIFY) < 0) {
+            close(*fd);
+            *fd = -2;  /* tried: poll from now on */
+        }
+        if (*fd >= 0) return;  /* changes from now on are seen: look once more first */
+    }
+    if (*fd < 0) {
+        sleep_us(ms < 10 ? (unsigned long long)ms * 1000ULL : 10000ULL);
+        return;
+    }
+    struct pollfd p = {*fd, POLLIN, 0};
+    if (poll(&p, 1, (int)ms) > 0) {
+        char buf[4096];
+        while (read(*fd, buf, sizeof buf) > 0) {}
+    }
+}
+
 /* Delivers `xid <code>` lines of registered devices, each once, in file order. A
  * registered device with `hang nvmlEventSetWait_v2 <s>` (or `error ...`) makes the wait
  * hang (or fail) as a driver stuck on that GPU would. */
-nvmlReturn_t nvmlEventSetWait_v2(event_set_t *set, nvmlEventData_t *data,
-                                 unsigned int timeout_ms) {
-    if (!set || !data) return NVML_ERROR_INVALID_ARGUMENT;
+static nvmlReturn_t event_wait(event_set_t *set, nvmlEventData_t *data,
+                               unsigned int timeout_ms, int *watch) {
     struct timespec start, now;
     clock_gettime(CLOCK_MONOTONIC, &start);
     for (;;) {
@@ -1377,8 +1408,17 @@ nvmlReturn_t nvmlEventSetWait_v2(event_set_t *set, nvmlEventData_t *data,
         long long waited = (now.tv_sec - start.tv_sec) * 1000LL +
                            (now.tv_nsec - start.tv_nsec) / 1000000LL;
         if (waited >= (long long)timeout_ms) return NVML_ERROR_TIMEOUT;
-        sleep_us(10000);
+        until_changed(watch, (long long)timeout_ms - waited);
     }
+}
+
+nvmlReturn_t nvmlEventSetWait_v2(event_set_t *set, nvmlEventData_t *data,
+                                 unsigned int timeout_ms) {
+    if (!set || !data) return NVML_ERROR_INVALID_ARGUMENT;
+    int watch = -1;
+    nvmlReturn_t r = event_wait(set, data, timeout_ms, &watch);
+    if (watch >= 0) close(watch);
+    return r;
 }
 
 nvmlReturn_t nvmlEventSetWait(event_set_t *set, nvmlEventData_t *data, unsigned int ms) {
