@@ -12,7 +12,6 @@ No `from __future__ import annotations` here: see `gpu_exporter.labels`.
 
 from typing import Any, Literal, NotRequired, TypedDict
 
-from gpu_exporter.ebpf import abi
 from gpu_exporter.family import Counter, Family, Gauge, Histogram, Kind
 from gpu_exporter.labels import (
     DEVICE_LABEL_SET,
@@ -33,6 +32,7 @@ from gpu_exporter.records import (
     RecoveryAction,
     VgpuLicenseState,
 )
+from gpu_exporter.sources.ebpf import abi
 
 __all__ = ["BY_NAME", "CATALOGUE", "Family", "Kind", "LabelSet", "Scope", "prom_label"]
 

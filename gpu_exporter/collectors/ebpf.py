@@ -14,11 +14,11 @@ from typing import Any, ClassVar, Protocol, TypeVar
 from gpu_exporter import catalogue as c
 from gpu_exporter import flagtypes
 from gpu_exporter.collectors.base import Availability, Collector, CollectorFault, Feature, Sink
-from gpu_exporter.ebpf.attach import MECHANISMS
-from gpu_exporter.ebpf.reading import CallHistogram, CudaActivity, NvmlView
 from gpu_exporter.family import Buckets
 from gpu_exporter.settings import Option, Settings
 from gpu_exporter.sources import files
+from gpu_exporter.sources.ebpf.attach import MECHANISMS
+from gpu_exporter.sources.ebpf.reading import CallHistogram, CudaActivity, NvmlView
 from gpu_exporter.sources.nvml import processes as nvml_processes
 from gpu_exporter.sources.nvml import stack as nvml_stack
 from gpu_exporter.sources.nvml.calls import NvmlUnavailable
@@ -137,8 +137,8 @@ class EbpfCollector(Collector):
         problem = missing_privileges(effective_capabilities()) or kernel_headers_missing()
         if problem:
             return Availability.unavailable(problem)
-        from gpu_exporter.ebpf.loader import LoadError
-        from gpu_exporter.ebpf.probes import Engine
+        from gpu_exporter.sources.ebpf.loader import LoadError
+        from gpu_exporter.sources.ebpf.probes import Engine
 
         if self.settings.check_only:
             return self._check(bcc)
@@ -162,8 +162,8 @@ class EbpfCollector(Collector):
 
     def _check(self, bcc: Any) -> Availability:
         """`doctor`: everything start() needs, without attaching a probe anywhere."""
-        from gpu_exporter.ebpf.discovery import Scanner
-        from gpu_exporter.ebpf.loader import LoadError, check
+        from gpu_exporter.sources.ebpf.discovery import Scanner
+        from gpu_exporter.sources.ebpf.loader import LoadError, check
 
         try:
             mechanism = check(bcc)

@@ -1,7 +1,7 @@
 """Resident memory of the real exporter with and without the eBPF collector, on the fake
 8-GPU node of the footprint benchmark with a CUDA workload whose libraries are probed
 (`make bench`, root). bcc brings clang and LLVM along: the collector compiles its
-program at start, then gives the compiler's pages back (gpu_exporter/ebpf/
+program at start, then gives the compiler's pages back (gpu_exporter/sources/ebpf/
 compiler_pages.py). Target: <= 160 MB with the collector. Measured after the first
 scrape and after 50 more, split into anonymous and file-backed pages.
 """

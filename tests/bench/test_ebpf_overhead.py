@@ -12,7 +12,7 @@ launch_loop.c, timing itself) with
   the per-thread frame kept from entry to return (the per-thread state, the BPF cookie),
   nothing counted. What `ours` costs above the no-op programs splits into this, which
   any count made on return (on success only) needs, and the counting itself;
-- `ours`: the collector's own compiled program (gpu_exporter/ebpf/program.c) on the same
+- `ours`: the collector's own compiled program (gpu_exporter/sources/ebpf/program.c) on the same
   points.
 
 The cases are interleaved round by round (attach, run, detach), so a noisy neighbour
@@ -36,7 +36,7 @@ from typing import Any
 
 import pytest
 
-from gpu_exporter.ebpf import abi
+from gpu_exporter.sources.ebpf import abi
 from tests.bench.conftest import Results
 from tests.ebpf.conftest import Build, build_into
 
@@ -58,8 +58,8 @@ def build(tmp_path_factory: pytest.TempPathFactory) -> Build:
 def programs() -> dict[str, Any]:
     import bcc
 
-    from gpu_exporter.ebpf import attach
-    from gpu_exporter.ebpf.loader import load_bpf, uprobe_programs
+    from gpu_exporter.sources.ebpf import attach
+    from gpu_exporter.sources.ebpf.loader import load_bpf, uprobe_programs
 
     noop, ours = bcc.BPF(text=NOOP), load_bpf(bcc)
     frames = load_bpf(bcc, extra_flags=("-DFRAMES_ONLY=1",))
@@ -86,8 +86,8 @@ def _loop(build: Build, api: str) -> float:
 def _points(build: Build, api: str, case: str) -> dict[str, list[Any]]:
     """The probes of one case, by library: the collector's own (entry program and the
     return program, with their cookies) or no-op programs on the same points."""
-    from gpu_exporter.ebpf import attach
-    from gpu_exporter.ebpf.elf import ElfFile
+    from gpu_exporter.sources.ebpf import attach
+    from gpu_exporter.sources.ebpf.elf import ElfFile
 
     out: dict[str, list[Any]] = {}
     symbols = LOOP_SYMBOLS[api][:1] if case == "noop_one_uprobe" else LOOP_SYMBOLS[api]
@@ -124,7 +124,7 @@ def _attached(programs: dict[str, Any], build: Build, api: str, case: str) -> It
 def _run_time_ns(fd: int) -> int:
     """bpf_prog_info.run_time_ns of a loaded program (BPF_OBJ_GET_INFO_BY_FD: info's
     bpf_fd@0, info_len@4, info@8; run_time_ns is at 192 of struct bpf_prog_info)."""
-    from gpu_exporter.ebpf import attach
+    from gpu_exporter.sources.ebpf import attach
 
     info = (ctypes.c_uint8 * 256)()
     attr = (ctypes.c_uint8 * 144)()
@@ -144,7 +144,7 @@ def _bpf_stats() -> Iterator[None]:
     """The kernel counts each BPF program's run time while the returned fd is open."""
     import os
 
-    from gpu_exporter.ebpf import attach
+    from gpu_exporter.sources.ebpf import attach
 
     attr = (ctypes.c_uint8 * 144)()  # enable_stats.type@0 = BPF_STATS_RUN_TIME (0)
     fd = attach._bpf(_BPF_ENABLE_STATS, attr)

@@ -2,7 +2,7 @@
 root): one-off entry and return programs on the fake `cuLaunchKernel`, driven by the
 driver launch loop, each program's own run time from the kernel's BPF statistics, less
 that of no-op programs on the same points. The numbers behind the choices in
-gpu_exporter/ebpf/program.c (per-thread state by key, not task-local storage; one read
+gpu_exporter/sources/ebpf/program.c (per-thread state by key, not task-local storage; one read
 of the user stack per driver launch), reported in docs/performance.md."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ static __always_inline void hit(u32 side) {
     if (n)
         __sync_fetch_and_add(n, 1);
 }
-static __always_inline u64 regs_key(void *regs) {  // as gpu_exporter/ebpf/program.c's
+static __always_inline u64 regs_key(void *regs) {  // as gpu_exporter/sources/ebpf/program.c's
     u64 key = 0;
     __sync_fetch_and_add(&key, (u64)regs);
     return key;
@@ -87,8 +87,8 @@ def _program_ns(build: Build, entry: str, ret: str) -> tuple[float, int]:
     """Nanoseconds of program run time per launch, and how many runs there were."""
     import bcc
 
-    from gpu_exporter.ebpf import attach
-    from gpu_exporter.ebpf.elf import ElfFile
+    from gpu_exporter.sources.ebpf import attach
+    from gpu_exporter.sources.ebpf.elf import ElfFile
 
     text = (PRELUDE + f"int ent(struct pt_regs *ctx) {{ {entry} return 0; }}\n"
             f"int ret(struct pt_regs *ctx) {{ {ret} return 0; }}\n")

@@ -23,8 +23,8 @@ import pytest
 from prometheus_client.exposition import generate_latest
 
 from gpu_exporter.collectors.processes import ProcessesCollector
-from gpu_exporter.sources.nvml.gpm import MIN_WINDOW_SECONDS
 from gpu_exporter.render import TextRenderer
+from gpu_exporter.sources.nvml.gpm import MIN_WINDOW_SECONDS
 from tests.bench import fleet, floor, procstat
 from tests.bench.conftest import Results
 from tests.bench.stats import percentile

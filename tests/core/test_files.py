@@ -120,8 +120,8 @@ def test_a_refused_sysfs_value_is_a_problem_with_its_reason(tmp_path: Path) -> N
 # Reads that are not of procfs/sysfs/tracefs or a process's files, each with why.
 NOT_SYSTEM_FILES = {
     "gpu_exporter/webconfig.py": "the operator's --web.config.file and the TLS files it names",
-    "gpu_exporter/ebpf/loader.py": "the BPF program's source, package data",
-    "gpu_exporter/ebpf/probe_table.py": "a developer's tool rewriting the probe table",
+    "gpu_exporter/sources/ebpf/loader.py": "the BPF program's source, package data",
+    "gpu_exporter/sources/ebpf/probe_table.py": "a developer's tool rewriting the probe table",
     "gpu_exporter/xid_catalog.py": "NVIDIA's Xid Catalog, package data",
 }
 

@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from gpu_exporter.ebpf import abi
+from gpu_exporter.sources.ebpf import abi
 from tests.ebpf.conftest import (
     Build,
     Workload,

@@ -91,8 +91,8 @@ def fresh_copy(build: Build, into: Path, programs: Sequence[str] = ("workload",)
 
 def probe_address(pid: int, file: str, symbol: str) -> int:
     """Where `symbol` of `file` is in the memory of process `pid`."""
-    from gpu_exporter.ebpf.discovery import read_maps
-    from gpu_exporter.ebpf.elf import ElfFile
+    from gpu_exporter.sources.ebpf.discovery import read_maps
+    from gpu_exporter.sources.ebpf.elf import ElfFile
 
     elf = ElfFile.open(file)
     offset = elf.offset_of_vaddr(elf.functions([symbol])[symbol])
@@ -142,8 +142,8 @@ class Workload:
 def probe_points(lib: str, symbol: str) -> list[Any]:
     """The collector's entry and return probes of `symbol` in `lib`, as it attaches them
     (attach.Point, with the probe's cookie)."""
-    from gpu_exporter.ebpf import abi, attach
-    from gpu_exporter.ebpf.elf import ElfFile
+    from gpu_exporter.sources.ebpf import abi, attach
+    from gpu_exporter.sources.ebpf.elf import ElfFile
 
     elf = ElfFile.open(lib)
     offset = elf.offset_of_vaddr(elf.functions([symbol])[symbol])
@@ -161,7 +161,7 @@ def engine() -> Iterator[Any]:
     the test says; closed after."""
     import bcc
 
-    from gpu_exporter.ebpf.probes import Engine
+    from gpu_exporter.sources.ebpf.probes import Engine
 
     e = Engine("/proc", names_max=64, pid_label=True, rescan_interval=3600)
     e.start(bcc)

@@ -1,4 +1,4 @@
-"""The engine's attacher alone (gpu_exporter/ebpf/attacher.py): the BPF program loaded
+"""The engine's attacher alone (gpu_exporter/sources/ebpf/attacher.py): the BPF program loaded
 (loader.Program, real bcc), no event loop, no scan: the test hands it the files a scan
 would find. What it attaches is judged by what this program's own maps count, which
 another exporter's probes on the same files cannot change."""
@@ -10,10 +10,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from gpu_exporter.ebpf import abi
-from gpu_exporter.ebpf.attacher import DETACH_AFTER_MISSES, Attacher
-from gpu_exporter.ebpf.discovery import Candidate, FileId
-from gpu_exporter.ebpf.loader import Program
+from gpu_exporter.sources.ebpf import abi
+from gpu_exporter.sources.ebpf.attacher import DETACH_AFTER_MISSES, Attacher
+from gpu_exporter.sources.ebpf.discovery import Candidate, FileId
+from gpu_exporter.sources.ebpf.loader import Program
 from tests.ebpf.conftest import Build, Workload, fresh_copy
 
 

@@ -35,12 +35,12 @@ from prometheus_client import generate_latest
 
 from gpu_exporter.collectors import NvidiaCollector
 from gpu_exporter.collectors.ebpf import EbpfCollector
-from gpu_exporter.ebpf import abi
-from gpu_exporter.ebpf.loader import load_bpf
-from gpu_exporter.ebpf.probes import Engine
-from gpu_exporter.ebpf.reading import CudaActivity, NvmlView
 from gpu_exporter.exporter import GpuExporterCollector, make_registry
 from gpu_exporter.settings import Settings
+from gpu_exporter.sources.ebpf import abi
+from gpu_exporter.sources.ebpf.loader import load_bpf
+from gpu_exporter.sources.ebpf.probes import Engine
+from gpu_exporter.sources.ebpf.reading import CudaActivity, NvmlView
 from tests.fake_nvml import scenario as fake
 from tests.helpers import Series, parse
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from gpu_exporter.ebpf import cuda_errors
+from gpu_exporter.sources.ebpf import cuda_errors
 from tests.ebpf.conftest import Build, Workload, copy_program, only_ebpf_args, wait_attached
 from tests.helpers import REPO, Series, exporter, find, parse, promtool_check_metrics, value
 

@@ -1,4 +1,4 @@
-"""The user-space half of CUDA graphs by kernel (gpu_exporter/ebpf/graphs.py) fed the
+"""The user-space half of CUDA graphs by kernel (gpu_exporter/sources/ebpf/graphs.py) fed the
 events program.c sends, for what the end-to-end test cannot provoke: full caps, lost
 events, an executable graph whose event is still on its way."""
 
@@ -8,8 +8,8 @@ from collections import Counter
 
 import pytest
 
-from gpu_exporter.ebpf import abi
-from gpu_exporter.ebpf.graphs import PENDING, Graphs
+from gpu_exporter.sources.ebpf import abi
+from gpu_exporter.sources.ebpf.graphs import PENDING, Graphs
 
 TGID, RT = 42, abi.API_RUNTIME
 

@@ -48,8 +48,8 @@ def _log_counts(logs: str, verb: str) -> dict[str, int]:
 
 def _expected_probes(lib: str) -> int:
     """An entry and a return probe on each probed symbol the file defines."""
-    from gpu_exporter.ebpf import abi
-    from gpu_exporter.ebpf.elf import ElfFile
+    from gpu_exporter.sources.ebpf import abi
+    from gpu_exporter.sources.ebpf.elf import ElfFile
 
     return 2 * len(ElfFile.open(lib).functions(abi.BY_SYMBOL))
 
@@ -190,8 +190,8 @@ def test_both_attach_mechanisms_place_count_and_remove_probes(cuda_build: Build,
     launches, and are gone after detach."""
     import bcc
 
-    from gpu_exporter.ebpf import abi, attach
-    from gpu_exporter.ebpf.loader import load_bpf, uprobe_programs
+    from gpu_exporter.sources.ebpf import abi, attach
+    from gpu_exporter.sources.ebpf.loader import load_bpf, uprobe_programs
 
     assert attach.uprobe_multi_supported() is None
     for name in attach.MECHANISMS:
@@ -255,7 +255,7 @@ def test_a_file_whose_mapper_exits_during_the_attach_is_tried_again(cuda_build: 
     next process that maps it, and that process is counted."""
     import os
 
-    from gpu_exporter.ebpf.discovery import Candidate
+    from gpu_exporter.sources.ebpf.discovery import Candidate
 
     d = fresh_copy(cuda_build, tmp_path / "img", programs=("driver_only",))
     lib = str(d / "libcuda.so.1")

@@ -18,7 +18,7 @@ TWO_PLACES = ("-UFAST_THREADS_BITS", "-DFAST_THREADS_BITS=1", "-UFAST_THREADS",
 
 
 def _launches(bpf: Any, pid: int) -> int:
-    from gpu_exporter.ebpf import abi
+    from gpu_exporter.sources.ebpf import abi
 
     n = sum(int(v.value) for k, v in bpf[b"stats"].items()
             if k.fam == abi.FAM_LAUNCH and k.tgid == pid)
@@ -35,8 +35,8 @@ def test_threads_beyond_the_table_counted_exactly_and_exits_free_their_places(
         cuda_build: Build, tmp_path: Path) -> None:
     import bcc
 
-    from gpu_exporter.ebpf import attach
-    from gpu_exporter.ebpf.loader import attach_raw_tracepoints, load_bpf, uprobe_programs
+    from gpu_exporter.sources.ebpf import attach
+    from gpu_exporter.sources.ebpf.loader import attach_raw_tracepoints, load_bpf, uprobe_programs
 
     d = fresh_copy(cuda_build, tmp_path / "img")
     lib = str(d / "libcudart.so.12")
@@ -76,8 +76,8 @@ def test_a_place_not_freed_without_the_exit_tracepoint(cuda_build: Build,
     places (so the probes never run without it)."""
     import bcc
 
-    from gpu_exporter.ebpf import attach
-    from gpu_exporter.ebpf.loader import load_bpf, uprobe_programs
+    from gpu_exporter.sources.ebpf import attach
+    from gpu_exporter.sources.ebpf.loader import load_bpf, uprobe_programs
 
     d = fresh_copy(cuda_build, tmp_path / "img")
     lib = str(d / "libcudart.so.12")

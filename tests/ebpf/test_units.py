@@ -11,12 +11,16 @@ import subprocess
 
 import pytest
 
-from gpu_exporter.ebpf import abi
-from gpu_exporter.ebpf.discovery import _NAMED, parse_maps
-from gpu_exporter.ebpf.elf import ElfError, ElfFile, read_symbols
-from gpu_exporter.ebpf.loader import DEFAULT_TRACEPOINT_OFFSETS, program_text, tracepoint_offsets
-from gpu_exporter.ebpf.names import OTHER, UNKNOWN, NameCap, demangle, kernel_name
-from gpu_exporter.ebpf.reading import BYTES_BOUNDS_LOG2, cumulative
+from gpu_exporter.sources.ebpf import abi
+from gpu_exporter.sources.ebpf.discovery import _NAMED, parse_maps
+from gpu_exporter.sources.ebpf.elf import ElfError, ElfFile, read_symbols
+from gpu_exporter.sources.ebpf.loader import (
+    DEFAULT_TRACEPOINT_OFFSETS,
+    program_text,
+    tracepoint_offsets,
+)
+from gpu_exporter.sources.ebpf.names import OTHER, UNKNOWN, NameCap, demangle, kernel_name
+from gpu_exporter.sources.ebpf.reading import BYTES_BOUNDS_LOG2, cumulative
 from tests.ebpf.conftest import CSRC, Build
 from tests.helpers import REPO
 
@@ -303,8 +307,8 @@ def test_program_that_does_not_compile_is_a_fault(monkeypatch: pytest.MonkeyPatc
     "unavailable" feature. Real bcc, real clang: only the source text is broken."""
     from gpu_exporter.collectors.base import CollectorFault
     from gpu_exporter.collectors.ebpf import EbpfCollector
-    from gpu_exporter.ebpf import loader
     from gpu_exporter.settings import Settings
+    from gpu_exporter.sources.ebpf import loader
 
     monkeypatch.setattr(loader, "program_text", lambda: "int broken( {")
     with pytest.raises(CollectorFault, match="failed to compile or load"):
@@ -341,8 +345,8 @@ def test_privilege_check() -> None:
 def test_names_resolve_after_the_process_exited(cuda_build: Build) -> None:
     """A short-lived process: its maps were seen by a scan, then it exited before its
     first launch was named. The scan's maps and the files opened then still name it."""
-    from gpu_exporter.ebpf.discovery import Scanner
-    from gpu_exporter.ebpf.resolve import Resolver
+    from gpu_exporter.sources.ebpf.discovery import Scanner
+    from gpu_exporter.sources.ebpf.resolve import Resolver
     from tests.ebpf.conftest import Workload, copy_program
 
     w = Workload([copy_program(cuda_build, "workload", "wl_short"), "unknown"])
@@ -363,7 +367,7 @@ def test_names_resolve_after_the_process_exited(cuda_build: Build) -> None:
 
 
 def test_probe_table_in_docs_is_generated_from_abi() -> None:
-    from gpu_exporter.ebpf import probe_table
+    from gpu_exporter.sources.ebpf import probe_table
 
     doc = (REPO / "docs" / "ebpf.md").read_text()
     assert probe_table.update(doc) == doc, "docs/ebpf.md's probe table is stale: run `make docs`"
@@ -401,8 +405,8 @@ def test_docs_state_how_many_probes_the_real_libraries_take() -> None:
 def test_compiler_pages_given_back_after_compiling_and_programs_still_load() -> None:
     import bcc
 
-    from gpu_exporter.ebpf import attach, compiler_pages
-    from gpu_exporter.ebpf.loader import load_bpf, uprobe_programs
+    from gpu_exporter.sources.ebpf import attach, compiler_pages
+    from gpu_exporter.sources.ebpf.loader import load_bpf, uprobe_programs
 
     bpf = load_bpf(bcc)
     try:

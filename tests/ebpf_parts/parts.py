@@ -9,14 +9,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpu_exporter.ebpf import abi
-from gpu_exporter.ebpf.counters import Counters
-from gpu_exporter.ebpf.events import Polls
-from gpu_exporter.ebpf.graphs import Graphs
-from gpu_exporter.ebpf.loader import Program
-from gpu_exporter.ebpf.maps import MapReader
-from gpu_exporter.ebpf.names import NameCap
-from gpu_exporter.ebpf.resolve import Resolver
+from gpu_exporter.sources.ebpf import abi
+from gpu_exporter.sources.ebpf.counters import Counters
+from gpu_exporter.sources.ebpf.events import Polls
+from gpu_exporter.sources.ebpf.graphs import Graphs
+from gpu_exporter.sources.ebpf.loader import Program
+from gpu_exporter.sources.ebpf.maps import MapReader
+from gpu_exporter.sources.ebpf.names import NameCap
+from gpu_exporter.sources.ebpf.resolve import Resolver
 from tests.ebpf_parts import bpf_maps
 
 LIBRARY = "/opt/cuda/lib/libcuda.so.1"

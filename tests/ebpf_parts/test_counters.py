@@ -1,4 +1,4 @@
-"""What a BPF counter is reported as (gpu_exporter/ebpf/counters.py), alone: its device
+"""What a BPF counter is reported as (gpu_exporter/sources/ebpf/counters.py), alone: its device
 once NVML's process list makes it certain, the split of its count there, and an
 executable graph's launches by kernel. No maps, no bcc, no root."""
 
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from gpu_exporter.ebpf import abi
-from gpu_exporter.ebpf.counters import STATS, Pending, Row
-from gpu_exporter.ebpf.reading import NvmlView
+from gpu_exporter.sources.ebpf import abi
+from gpu_exporter.sources.ebpf.counters import STATS, Pending, Row
+from gpu_exporter.sources.ebpf.reading import NvmlView
 from tests.ebpf_parts.parts import parts
 
 TGID = 4_000_400

@@ -1,4 +1,4 @@
-"""The maps' reader and its folding alone (gpu_exporter/ebpf/maps.py), on map contents the
+"""The maps' reader and its folding alone (gpu_exporter/sources/ebpf/maps.py), on map contents the
 test writes as the probes would (tests/ebpf_parts/bpf_maps.py: program.c's structs in
 memory): no bcc, no root, no probe. What the probes count end to end is tests/ebpf/'s."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import ctypes
 from pathlib import Path
 
-from gpu_exporter.ebpf import abi
-from gpu_exporter.ebpf.reading import CudaActivity
+from gpu_exporter.sources.ebpf import abi
+from gpu_exporter.sources.ebpf.reading import CudaActivity
 from tests.ebpf_parts.parts import LIBRARY, Parts, parts
 
 TGID, OTHER_TGID = 4_000_300, 4_000_301

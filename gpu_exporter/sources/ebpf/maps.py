@@ -16,13 +16,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpu_exporter.ebpf import abi
-from gpu_exporter.ebpf.counters import STATS, Counters, Pending, launch_tag, serial
-from gpu_exporter.ebpf.events import Polls
-from gpu_exporter.ebpf.graphs import Graphs
-from gpu_exporter.ebpf.loader import Program, scalar
-from gpu_exporter.ebpf.names import OTHER
-from gpu_exporter.ebpf.reading import (
+from gpu_exporter.sources.ebpf import abi
+from gpu_exporter.sources.ebpf.counters import STATS, Counters, Pending, launch_tag, serial
+from gpu_exporter.sources.ebpf.events import Polls
+from gpu_exporter.sources.ebpf.graphs import Graphs
+from gpu_exporter.sources.ebpf.loader import Program, scalar
+from gpu_exporter.sources.ebpf.names import OTHER
+from gpu_exporter.sources.ebpf.reading import (
     BLOCK_BOUNDS_LOG2,
     BYTES_BOUNDS_LOG2,
     GRID_BOUNDS_LOG2,
@@ -36,7 +36,7 @@ from gpu_exporter.ebpf.reading import (
     cumulative,
     order,
 )
-from gpu_exporter.ebpf.resolve import Resolver
+from gpu_exporter.sources.ebpf.resolve import Resolver
 
 # A process that exited with a graph launch whose executable graph's event has not been
 # read is held back (not folded) until the event loop has read every event written

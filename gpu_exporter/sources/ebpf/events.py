@@ -13,11 +13,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from gpu_exporter.ebpf import abi
-from gpu_exporter.ebpf.graphs import Graphs
-from gpu_exporter.ebpf.loader import Program, scalar
-from gpu_exporter.ebpf.resolve import Resolver
-from gpu_exporter.ebpf.scanning import Scans
+from gpu_exporter.sources.ebpf import abi
+from gpu_exporter.sources.ebpf.graphs import Graphs
+from gpu_exporter.sources.ebpf.loader import Program, scalar
+from gpu_exporter.sources.ebpf.resolve import Resolver
+from gpu_exporter.sources.ebpf.scanning import Scans
 
 log = logging.getLogger("gpu_exporter.ebpf")
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 import os
 import threading
 
-from gpu_exporter.ebpf.attacher import Attacher
-from gpu_exporter.ebpf.discovery import Scanner
-from gpu_exporter.ebpf.loader import Program
-from gpu_exporter.ebpf.resolve import Resolver
+from gpu_exporter.sources.ebpf.attacher import Attacher
+from gpu_exporter.sources.ebpf.discovery import Scanner
+from gpu_exporter.sources.ebpf.loader import Program
+from gpu_exporter.sources.ebpf.resolve import Resolver
 
 
 class Scans:

@@ -1,5 +1,5 @@
 """The table of every probed symbol in docs/ebpf.md, generated from abi.py:
-`python -m gpu_exporter.ebpf.probe_table docs/ebpf.md` (part of `make docs`) rewrites what
+`python -m gpu_exporter.sources.ebpf.probe_table docs/ebpf.md` (part of `make docs`) rewrites what
 lies between the markers and leaves the rest of the file alone."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from gpu_exporter.ebpf import abi
+from gpu_exporter.sources.ebpf import abi
 
-BEGIN = ("<!-- probes:begin (generated from gpu_exporter/ebpf/abi.py by `make docs`; "
+BEGIN = ("<!-- probes:begin (generated from gpu_exporter/sources/ebpf/abi.py by `make docs`; "
          "do not edit) -->")
 END = "<!-- probes:end -->"
 

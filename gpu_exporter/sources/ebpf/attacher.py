@@ -12,10 +12,10 @@ from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
-from gpu_exporter.ebpf import abi, attach
-from gpu_exporter.ebpf.discovery import Candidate, FileId
-from gpu_exporter.ebpf.elf import ElfError, ElfFile
-from gpu_exporter.ebpf.loader import Program
+from gpu_exporter.sources.ebpf import abi, attach
+from gpu_exporter.sources.ebpf.discovery import Candidate, FileId
+from gpu_exporter.sources.ebpf.elf import ElfError, ElfFile
+from gpu_exporter.sources.ebpf.loader import Program
 
 log = logging.getLogger("gpu_exporter.ebpf")
 

@@ -13,10 +13,10 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
-from gpu_exporter.ebpf import abi, cuda_errors
-from gpu_exporter.ebpf.graphs import PENDING, Graphs
-from gpu_exporter.ebpf.reading import CallKey, NvmlView
-from gpu_exporter.ebpf.resolve import Resolver
+from gpu_exporter.sources.ebpf import abi, cuda_errors
+from gpu_exporter.sources.ebpf.graphs import PENDING, Graphs
+from gpu_exporter.sources.ebpf.reading import CallKey, NvmlView
+from gpu_exporter.sources.ebpf.resolve import Resolver
 
 Row = tuple[tuple[int, CallKey, int], int]  # ((family, key, slot), count)
 # A counter of the BPF maps: (where: STATS or SHAPES, process, family, sub, id, device,

@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterable
 from importlib import resources
 from typing import Any
 
-from gpu_exporter.ebpf import abi, attach, compiler_pages
 from gpu_exporter.sources import files
+from gpu_exporter.sources.ebpf import abi, attach, compiler_pages
 
 TRACEFS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
 # (category, event, program, {format field: the -D name of its offset})
@@ -46,7 +46,7 @@ class LoadError(Exception):
 
 
 def program_text() -> str:
-    return resources.files("gpu_exporter.ebpf").joinpath("program.c").read_text()
+    return resources.files("gpu_exporter.sources.ebpf").joinpath("program.c").read_text()
 
 
 def tracefs() -> str | None:
