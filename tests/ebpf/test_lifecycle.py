@@ -162,9 +162,13 @@ def test_doctor_attaches_nothing_and_names_the_files(cuda_build: Build,
             [EXPORTER, "doctor", *only_ebpf_args(), "--collector.ebpf"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         seen = False
-        while doctor.poll() is None:  # all the while it runs: no breakpoint
+        while True:  # all the while it runs: no breakpoint (a look every 10 ms)
             seen |= breakpoint_set(w.proc.pid, at)
-            time.sleep(0.01)
+            try:
+                doctor.wait(0.01)
+                break
+            except subprocess.TimeoutExpired:
+                pass
         out, err = doctor.communicate()
         assert doctor.returncode == 0, err
         assert not seen
