@@ -26,7 +26,7 @@ from tests.ebpf.conftest import (
     wait_attached,
     wait_until,
 )
-from tests.helpers import Exporter, Series, exporter, find, parse
+from tests.helpers import Exporter, Series, eventually, exporter, find, parse
 
 SHORT_LIVED, LAUNCHES_EACH = 1000, 3
 FLOOD_KERNELS = 70_000  # distinct kernels in one process, past the 65,536-entry map
@@ -91,7 +91,9 @@ def test_process_killed_mid_call(cuda_build: Build) -> None:
         assert proc.stdout.readline().strip() == "ready"
         proc.stdin.write("go\n")
         proc.stdin.flush()
-        time.sleep(1.0)  # a loop of probed calls: nearly all its time is inside one
+        # In its loop of probed calls (counted): nearly all its time is inside one.
+        eventually(lambda: launches(_healthy(exp), "killed_mid") > 0, 30,
+                   "the victim's launches counted")
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
         first = launches(_healthy(exp), "killed_mid")
