@@ -47,7 +47,7 @@ import math
 import re
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, TypeVar
+from typing import Generic, Literal, TypeVar
 
 from gpu_exporter.records import GpuReading
 
@@ -55,13 +55,16 @@ Reason = Literal["no_process", "no_activity_data"]
 REASONS: tuple[Reason, ...] = ("no_process", "no_activity_data")
 MigSplit = Literal["gpm", "compute_slices"]
 N = TypeVar("N", int, float)
+# What names one consumer's series. The arithmetic only compares keys; the exporter's are
+# `process_energy.ProcessKey` (the process and its labels), the arithmetic tests' strings.
+K = TypeVar("K", bound=Hashable)
 
 
 @dataclass(frozen=True)
-class Consumer:
+class Consumer(Generic[K]):
     """One series of process_gpu_energy_consumed_joules_total on one device."""
 
-    key: Hashable  # what names the series (the collector uses its label pairs)
+    key: K  # what names the series
     # Busy measure over the interval since the previous scrape, in any unit shared by the
     # consumers of one device (NVML: sum of smUtil of the new samples; fdinfo: busy
     # seconds). None: the driver gave no activity for this consumer this interval.
@@ -70,30 +73,30 @@ class Consumer:
 
 
 @dataclass(frozen=True)
-class MigDevice:
+class MigDevice(Generic[K]):
     """A MIG device (compute instance) of a GPU in MIG mode."""
 
     device: str
     compute_slices: int
-    consumers: Sequence[Consumer] | None  # None: its process list was not read
+    consumers: Sequence[Consumer[K]] | None  # None: its process list was not read
     # Engine activity (0..1) of its GPU instance over the interval, from GPM; None without.
     activity_ratio: float | None = None
 
 
 @dataclass(frozen=True)
-class Gpu:
+class Gpu(Generic[K]):
     """One physical GPU at one scrape."""
 
     device: str
     energy_joules: float | None  # the energy counter as exported; None: not read now
-    consumers: Sequence[Consumer] | None = ()  # None: the process list was not read
-    mig: Sequence[MigDevice] | None = None  # None: not in MIG mode
+    consumers: Sequence[Consumer[K]] | None = ()  # None: the process list was not read
+    mig: Sequence[MigDevice[K]] | None = None  # None: not in MIG mode
 
 
 @dataclass(frozen=True)
-class Attributed:
+class Attributed(Generic[K]):
     device: str
-    key: Hashable
+    key: K
     joules: float  # since the consumer was first seen on this device
 
 
@@ -105,29 +108,29 @@ class Unattributed:
 
 
 @dataclass(frozen=True)
-class Split:
+class Split(Generic[K]):
     """The counters to expose after one scrape (cumulative values)."""
 
-    consumed: tuple[Attributed, ...] = ()
+    consumed: tuple[Attributed[K], ...] = ()
     unattributed: tuple[Unattributed, ...] = ()
     mig_split: Mapping[str, MigSplit] = field(default_factory=dict)  # by physical GPU
 
 
 @dataclass
-class _Holder:
+class _Holder(Generic[K]):
     """One device whose energy share is split among consumers (a GPU, a MIG device)."""
 
-    present: set[Hashable]  # consumer keys exposed at the previous split
-    totals: dict[Hashable, float]
+    present: set[K]  # consumer keys exposed at the previous split
+    totals: dict[K, float]
     unattributed: dict[Reason, float] = field(
         default_factory=lambda: dict.fromkeys(REASONS, 0.0))
 
     @classmethod
-    def first(cls, consumers: Sequence[Consumer] | None) -> _Holder:
+    def first(cls, consumers: Sequence[Consumer[K]] | None) -> _Holder[K]:
         totals = dict.fromkeys((c.key for c in consumers or ()), 0.0)  # in their order
         return cls(set(totals), totals)
 
-    def split(self, joules: float, consumers: Sequence[Consumer] | None) -> None:
+    def split(self, joules: float, consumers: Sequence[Consumer[K]] | None) -> None:
         if consumers is None:
             # Unknown this scrape: the consumers' series continue unchanged.
             self.unattributed["no_activity_data"] += joules
@@ -143,31 +146,31 @@ class _Holder:
         self.totals = {key: self.totals.get(key, 0.0) for key in now}
         self.present = set(now)
 
-    def out(self, device: str, consumed: list[Attributed],
+    def out(self, device: str, consumed: list[Attributed[K]],
             unattributed: list[Unattributed]) -> None:
         consumed.extend(Attributed(device, key, joules) for key, joules in self.totals.items())
         unattributed.extend(Unattributed(device, r, self.unattributed[r]) for r in REASONS)
 
 
 @dataclass
-class _GpuState:
+class _GpuState(Generic[K]):
     energy: float
-    holder: _Holder
-    mig: dict[str, _Holder]
+    holder: _Holder[K]
+    mig: dict[str, _Holder[K]]
 
 
-class Attribution:
+class Attribution(Generic[K]):
     """Keeps the counters between scrapes; `update()` once per scrape."""
 
     def __init__(self) -> None:
-        self._gpus: dict[str, _GpuState] = {}
+        self._gpus: dict[str, _GpuState[K]] = {}
 
     def knows(self, device: str) -> bool:
         """Whether this physical GPU has been attributed (its counters exist)."""
         return device in self._gpus
 
-    def update(self, gpus: Iterable[Gpu]) -> Split:
-        consumed: list[Attributed] = []
+    def update(self, gpus: Iterable[Gpu[K]]) -> Split[K]:
+        consumed: list[Attributed[K]] = []
         unattributed: list[Unattributed] = []
         methods: dict[str, MigSplit] = {}
         for g in gpus:
@@ -194,7 +197,7 @@ class Attribution:
         return Split(tuple(consumed), tuple(unattributed), methods)
 
     @staticmethod
-    def _split_mig(state: _GpuState, joules: float, migs: Sequence[MigDevice]) -> MigSplit:
+    def _split_mig(state: _GpuState[K], joules: float, migs: Sequence[MigDevice[K]]) -> MigSplit:
         # A MIG device seen for the first time starts at 0 like any counter; the GPU's own
         # holder has no consumers in MIG mode (processes run in MIG devices).
         throughout = [m for m in migs if m.device in state.mig]
@@ -230,7 +233,7 @@ def shares(total: float, weights: Sequence[float]) -> list[float]:
     return parts
 
 
-def _weights(throughout: Sequence[Consumer]) -> list[float] | Reason:
+def _weights(throughout: Sequence[Consumer[K]]) -> list[float] | Reason:
     if not throughout:
         return "no_process"
     if len(throughout) == 1:
@@ -247,9 +250,9 @@ def _weights(throughout: Sequence[Consumer]) -> list[float] | Reason:
     return [1.0] * len(throughout)
 
 
-def _merge(consumers: Sequence[Consumer]) -> dict[Hashable, Consumer]:
+def _merge(consumers: Sequence[Consumer[K]]) -> dict[K, Consumer[K]]:
     """Consumers by key; two with one key (never from the collector) are added up."""
-    out: dict[Hashable, Consumer] = {}
+    out: dict[K, Consumer[K]] = {}
     for c in consumers:
         before = out.get(c.key)
         if before is None:
@@ -285,9 +288,9 @@ def compute_slices(profile: str | None) -> int:
 
 def inputs(
     readings: Sequence[GpuReading],
-    consumers: Mapping[str, Sequence[Consumer] | None],
-    attribution: Attribution,
-) -> list[Gpu]:
+    consumers: Mapping[str, Sequence[Consumer[K]] | None],
+    attribution: Attribution[K],
+) -> list[Gpu[K]]:
     """One scrape's devices as the attribution takes them.
 
     `consumers` is what the processes collector read, by device key (a MIG device's for
@@ -300,7 +303,7 @@ def inputs(
     for r in readings:
         if r.identity.parent_hw_id is not None:
             children.setdefault(r.identity.parent_hw_id, []).append(r)
-    out = []
+    out: list[Gpu[K]] = []
     for r in readings:
         ident = r.identity
         if ident.parent_hw_id is not None:

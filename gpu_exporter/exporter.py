@@ -10,7 +10,7 @@ import platform
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, cast
@@ -25,7 +25,7 @@ from prometheus_client.core import Sample as PromSample
 from prometheus_client.registry import Collector as PromCollector
 from prometheus_client.registry import CollectorRegistry
 
-from gpu_exporter import __version__, attribution, device_families, family
+from gpu_exporter import __version__, device_families, family, process_energy
 from gpu_exporter import catalogue as c
 from gpu_exporter.collectors.base import (
     Availability,
@@ -37,7 +37,7 @@ from gpu_exporter.collectors.base import (
     Sink,
 )
 from gpu_exporter.family import Emitted, Family, HistogramSeries, Kind, Series
-from gpu_exporter.labels import ProcessLabels, known
+from gpu_exporter.labels import known
 from gpu_exporter.logs import forget, log_once
 from gpu_exporter.records import VENDOR_ORDER, GpuReading
 from gpu_exporter.settings import Settings
@@ -155,7 +155,7 @@ class GpuExporterCollector(PromCollector):
         self._waiting_lock = threading.Lock()
         self._told: dict[tuple[str, str | None], Availability] = {}  # feature states logged
         # Energy split among processes: counters kept from scrape to scrape.
-        self._attribution = attribution.Attribution()
+        self._energy = process_energy.ProcessEnergy()
         self._build_labels = known(
             c.BuildLabels, version=__version__, python_version=platform.python_version(),
             nvml_bindings_version=_nvml_bindings_version())
@@ -388,29 +388,15 @@ class GpuExporterCollector(PromCollector):
                 if hw_id in dev_labels:
                     dev_labels[hw_id].update(cast("Mapping[str, str]", extra))
         own = Emitted()
-        self._attribute(gpus, sinks.values(), own)
+        # Each GPU's energy split among the processes the processes collector found on
+        # it (docs/attribution.md). A scrape where it could not read them (it timed out:
+        # its sink is empty) counts as no_activity_data for the GPUs it read before.
+        consumers = {device: found for s in sinks.values()
+                     for device, found in s.consumers.items()}
+        process_energy.emit(self._energy.update(gpus, consumers), own)
         self._emit_self(own, success, duration)
         return build_families([*sinks.values(), own], dev_labels,
                               self.settings.resource_labels)
-
-    def _attribute(self, gpus: Sequence[GpuReading], sinks: Iterable[Sink],
-                   out: Emitted) -> None:
-        """Each GPU's energy since the previous scrape, split among the processes the
-        processes collector found on it this scrape (docs/attribution.md). GPUs whose
-        processes it never read are left out; a scrape where it could not read them (it
-        timed out: its sink is empty) counts as no_activity_data for the GPUs it read
-        before."""
-        consumers: dict[str, Sequence[attribution.Consumer] | None] = {}
-        for sink in sinks:
-            consumers.update(sink.consumers)
-        split = self._attribution.update(attribution.inputs(gpus, consumers,
-                                                            self._attribution))
-        for a in split.consumed:
-            # The key is the process and its label pairs (collectors/processes.py).
-            labels = dict(cast("tuple[object, tuple[tuple[str, str], ...]]", a.key)[1])
-            c.PROCESS_GPU_ENERGY.emit(out, a.joules, cast("ProcessLabels", labels), a.device)
-        for u in split.unattributed:
-            c.HW_GPU_ENERGY_UNATTRIBUTED.emit(out, u.joules, {"reason": u.reason}, u.device)
 
     def _emit_self(
         self, out: Emitted, success: Mapping[str, bool], duration: Mapping[str, float]

@@ -21,6 +21,7 @@ from gpu_exporter.features import Feature as Feature
 from gpu_exporter.features import FeatureState as FeatureState
 from gpu_exporter.features import device_features as device_features
 from gpu_exporter.labels import PodLabels
+from gpu_exporter.process_energy import ProcessKey
 from gpu_exporter.records import GpuReading
 from gpu_exporter.settings import Option, Settings
 
@@ -95,8 +96,8 @@ class Sink(Emitted):
     failures: list[tuple[str, str]] = field(default_factory=list)
     shared: Shared = field(default_factory=Shared)  # one per scrape, the same in each Sink
     # The processes on each device whose list was read this scrape (None: not readable),
-    # by device key: what the exporter splits each GPU's energy among (attribution).
-    consumers: dict[str, Sequence[Consumer] | None] = field(default_factory=dict)
+    # by device key: what the exporter splits each GPU's energy among (process_energy).
+    consumers: dict[str, Sequence[Consumer[ProcessKey]] | None] = field(default_factory=dict)
 
     def gpu(self, reading: GpuReading) -> None:
         """One device: its hw_gpu_* samples (`device_families`), and its identity for the

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -36,6 +36,7 @@ from gpu_exporter.nvml.devices import NvmlDevice
 from gpu_exporter.nvml.lanes import Lanes, Run
 from gpu_exporter.nvml.stack import Session, StackBusy
 from gpu_exporter.process_cap import ProcessCap
+from gpu_exporter.process_energy import ProcessKey
 from gpu_exporter.readers import fdinfo, podliveness
 from gpu_exporter.readers.pci import normalize_pci_address
 from gpu_exporter.readers.podresources import (
@@ -222,24 +223,25 @@ class ProcessesCollector(Collector):
         self, sink: Sink, device: str, entries: list[tuple[int, _Usage]],
         infos: Mapping[int, ProcessInfo], pods: Mapping[str, tuple[ContainerRef, ...]] | None,
         uid_pods: Mapping[str, tuple[str, str]],
-    ) -> list[Consumer]:
+    ) -> list[Consumer[ProcessKey]]:
         """The process series of one device, the processes beyond the cap folded into
         one; what the device's energy is split among (one consumer per series, keyed by
-        the process (pid, start time) and its labels: a reused pid is a new counter)."""
+        the process's start time and its labels: a reused pid is a new counter)."""
         own = self._cap.assign(device, [_identity(pid, infos) for pid, _ in entries])
-        series: list[tuple[Hashable, ProcessLabels, _Usage]] = []
+        series: list[tuple[int | None, ProcessLabels, _Usage]] = []
         other: _Usage | None = None
         for pid, u in entries:
             if _identity(pid, infos) in own:
-                labels = _process_labels(device, pid, infos.get(pid), pods, uid_pods)
-                series.append((_identity(pid, infos), labels, u))
+                info = infos.get(pid)
+                labels = _process_labels(device, pid, info, pods, uid_pods)
+                series.append((info.start_time_ticks if info is not None else None, labels, u))
             else:
                 other = other or _Usage()
                 other.add(u)
         if other is not None:
-            series.append(("other", {"process_executable_name": "other"}, other))
+            series.append((None, {"process_executable_name": "other"}, other))
         consumers = []
-        for process, labels, u in series:
+        for started, labels, u in series:
             if self._device_labels and pods:
                 # The device's pod labels are joined into every series of the device; a
                 # process's own (even unknown = empty, i.e. absent in Prometheus) win, so
@@ -251,7 +253,7 @@ class ProcessesCollector(Collector):
             for task, ratio in sorted((u.utilization or {}).items()):
                 c.PROCESS_GPU_UTILIZATION.emit(sink, ratio, {**labels, "hw_gpu_task": task},
                                                device)
-            consumers.append(Consumer((process, tuple(sorted(labels.items()))), u.activity,
+            consumers.append(Consumer(ProcessKey.of(labels, started), u.activity,
                                       u.memory_bytes))
         return consumers
 

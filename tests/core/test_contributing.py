@@ -68,9 +68,10 @@ EMITTED_IN = {
     Scope.CUDA: "gpu_exporter/collectors/ebpf.py",
 }
 ELSEWHERE = {
-    # energy attribution joins every collector's readings: the exporter emits it
-    c.PROCESS_GPU_ENERGY.name: "gpu_exporter/exporter.py",
-    c.HW_GPU_ENERGY_UNATTRIBUTED.name: "gpu_exporter/exporter.py",
+    # energy attribution joins every collector's readings: a step of its own, which the
+    # exporter runs once every collector has returned
+    c.PROCESS_GPU_ENERGY.name: "gpu_exporter/process_energy.py",
+    c.HW_GPU_ENERGY_UNATTRIBUTED.name: "gpu_exporter/process_energy.py",
     # the kubelet's allocation of a device, which the processes collector asks for
     c.K8S_GPU_ALLOCATION_INFO.name: "gpu_exporter/collectors/processes.py",
 }

@@ -54,6 +54,11 @@ def test_sixty_second_hang_while_twenty_scrapes_arrive(
     with exporter([f"--scrape.timeout={TIMEOUT}"], env=env) as exp:
         first = parse(exp.scrape())
         assert [s.value for s in find(first, "hw_gpu_up")] == [1.0] * 8
+        # Concurrent scrapes first, so that the server's bounded pool of scrape workers
+        # (started on demand) is at its size: what follows may not grow past it.
+        with concurrent.futures.ThreadPoolExecutor(10) as pool:
+            for _, body in pool.map(lambda _: _timed_scrape(exp.port), range(10)):
+                assert [s.value for s in find(parse(body), "hw_gpu_up")] == [1.0] * 8
         idle_threads = threads_of(exp.proc.pid)
         sc.hang(3, "nvmlDeviceGetPowerUsage", HANG)
         hang_started = time.monotonic()
