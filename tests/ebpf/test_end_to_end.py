@@ -29,6 +29,7 @@ from tests.fake_nvml import scenario as fake
 from tests.helpers import (
     EXPORTER,
     Series,
+    eventually,
     exporter,
     find,
     parse,
@@ -112,7 +113,20 @@ def scenario(cuda_build: Build, tmp_path_factory: pytest.TempPathFactory) -> Ite
         # Last, so that the names above are in before the cap.
         last = Workload([names, "names", str(MANY_NAMES)])
         last.go()
-        text = exp.scrape()
+        # The scrape that the tests read is one taken once the event loop has read the
+        # last workload (its events come after everyone else's): on a loaded machine the
+        # first scrape after it exits may come before.
+        pid = str(last.proc.pid)
+
+        def last_read() -> str:
+            text = exp.scrape()
+            s = parse(text)
+            launched = sum(x.value for x in find(s, "gpu_kernel_launch_calls_total",
+                                                 process_executable_name="drv_names"))
+            synced = find(s, "gpu_sync_duration_seconds_count", process_pid=pid)
+            return text if launched >= MANY_NAMES and synced else ""
+
+        text = eventually(last_read, 30, "the last workload read")
         pids = frozenset(str(w.proc.pid) for w in [*first, late, last])
         yield Scenario(text, parse(text), late_dir, pids, frozenset(seen))
 
