@@ -21,7 +21,7 @@ from gpu_exporter.collectors import REGISTRY
 from tests.bench import procstat
 from tests.bench.conftest import Results
 from tests.bench.stats import percentile
-from tests.helpers import exporter, find, free_port, parse, require_tool
+from tests.helpers import exporter, find, free_port, parse, require_tool, wait_started
 from tests.sysfs.tree import FakeSysfs
 
 SCRAPES = 300
@@ -37,18 +37,12 @@ def node_exporter(sysfs: Path) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            assert proc.poll() is None, f"node_exporter exited {proc.returncode}"
-            try:
-                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-                conn.request("GET", "/metrics")
-                if conn.getresponse().status == 200:
-                    break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, "node_exporter did not start"
-            time.sleep(0.05)
+        def serving() -> bool:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            conn.request("GET", "/metrics")
+            return conn.getresponse().status == 200
+
+        wait_started(proc, serving, lambda: "(its output is not kept)", "node_exporter", 20)
         yield proc, port
     finally:
         proc.terminate()

@@ -355,9 +355,12 @@ def test_a_permission_error_at_start_is_a_feature_state_retried_not_an_exit() ->
         assert ("cannot read /sys/class/drm/card0/device: Permission denied" in report
                 and "fix: give the exporter's user read access" in report), report
         Unreadable.readable = True  # tried again every retry interval (10 ms here)
-        deadline = time.monotonic() + 10
-        while not find(series := parse(_scrape(exp)), "system_memory_utilization_ratio"):
-            assert time.monotonic() < deadline, "not started again"
+
+        def restarted() -> list[Series]:
+            s = parse(_scrape(exp))
+            return s if find(s, "system_memory_utilization_ratio") else []
+
+        series = eventually(restarted, 10, "started again", interval=0.01)
         assert value(series, "system_memory_utilization_ratio") == 0.5
     finally:
         exp.close()

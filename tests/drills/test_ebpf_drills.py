@@ -91,7 +91,9 @@ def test_process_killed_mid_call(cuda_build: Build) -> None:
         assert proc.stdout.readline().strip() == "ready"
         proc.stdin.write("go\n")
         proc.stdin.flush()
-        time.sleep(1.0)  # a loop of probed calls: nearly all its time is inside one
+        # In its loop of probed calls (counted): nearly all its time is inside one.
+        eventually(lambda: launches(_healthy(exp), "killed_mid") > 0, 30,
+                   "the victim's launches counted")
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
         first = launches(_healthy(exp), "killed_mid")

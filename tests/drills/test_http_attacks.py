@@ -28,7 +28,14 @@ import bcrypt
 import pytest
 
 from tests.drills.test_http_load import SCRAPE_TIMEOUT, get, threads_of
-from tests.helpers import EXPORTER, Exporter, free_port, stop_process, wait_started
+from tests.helpers import (
+    EXPORTER,
+    Exporter,
+    eventually,
+    free_port,
+    stop_process,
+    wait_started,
+)
 
 # Every line the exporter writes is a logfmt record: a traceback printed past the logging
 # set-up breaks that.
@@ -190,15 +197,6 @@ def reset_close(s: socket.socket) -> None:
     """Close with SO_LINGER 0: the peer gets a reset, not an orderly end."""
     s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     s.close()
-
-
-def wait_for_log(exp: Exporter, needle: str, timeout: float = 10) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if needle in exp.logs():
-            return True
-        time.sleep(0.05)
-    return needle in exp.logs()
 
 
 # --- the attacks
@@ -418,10 +416,8 @@ def test_the_file_descriptor_limit_does_not_spin_the_accept_loop(
             with contextlib.suppress(OSError):
                 held.append(socket.create_connection(("127.0.0.1", exp.port), timeout=5))
         try:
-            deadline = time.monotonic() + 10
-            while fds_of(pid) < nofile - 2 and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert fds_of(pid) >= nofile - 2, "the exporter never reached its fd limit"
+            eventually(lambda: fds_of(pid) >= nofile - 2, 10,
+                       "the exporter reached its fd limit")
             before, started = cpu_seconds(pid), time.monotonic()
             time.sleep(2)  # a measuring window: the CPU the exporter burns while at the limit
             used = (cpu_seconds(pid) - before) / (time.monotonic() - started)
@@ -448,9 +444,8 @@ def test_a_client_gone_mid_response_is_a_debug_line(eight_gpus: Mapping[str, str
             s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
             assert s.recv(1) == b"H"  # the answer has begun
             reset_close(s)
-        deadline = time.monotonic() + SCRAPE_TIMEOUT
-        while len(gone.findall(exp.logs())) < 5 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        eventually(lambda: len(gone.findall(exp.logs())) >= 5, SCRAPE_TIMEOUT,
+                   "five debug lines of clients gone")
         assert len(gone.findall(exp.logs())) == 5, exp.logs()[-3000:]
         assert get(exp.port)[0] == 200
         logfmt_only(exp)
@@ -480,10 +475,9 @@ def test_a_reset_while_the_body_is_written_is_a_debug_line(
             s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
             assert s.recv(1) == b"H"
             reset_close(s)
-        deadline = time.monotonic() + SCRAPE_TIMEOUT
-        while (sum("went away mid-response" in r.getMessage() for r in caplog.records) < 3
-               and time.monotonic() < deadline):
-            time.sleep(0.05)
+        eventually(lambda: sum("went away mid-response" in r.getMessage()
+                               for r in caplog.records) >= 3, SCRAPE_TIMEOUT,
+                   "three debug lines of clients gone mid-response")
     finally:
         server.shutdown()
         server.server_close()
@@ -506,10 +500,11 @@ def test_a_partial_request_line_is_not_a_traceback(close: str) -> None:
                 s.close()
         # Each of them is in the (debug) log, naming the client, once the server has
         # dealt with it: then the log holds whatever they caused.
-        deadline = time.monotonic() + SCRAPE_TIMEOUT
-        while len(peer_lines(exp)) < 5 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert len(peer_lines(exp)) >= 5, exp.logs()
+        def five_logged() -> bool:
+            assert len(peer_lines(exp)) >= 5, exp.logs()
+            return True
+
+        eventually(five_logged, SCRAPE_TIMEOUT, "five lines about the clients in the log")
         assert get(exp.port, "/healthz")[0] == 200
         logfmt_only(exp)
 

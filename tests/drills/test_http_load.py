@@ -15,7 +15,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from tests.helpers import Exporter, exporter, parse, promtool_check_metrics
+from tests.helpers import Exporter, eventually, exporter, parse, promtool_check_metrics
 
 LOAD_SECONDS = float(os.environ.get("GPU_EXPORTER_DRILL_SECONDS", "60"))
 SCRAPERS = 50
@@ -91,7 +91,7 @@ def test_fifty_concurrent_scrapers(eight_gpus: Mapping[str, str]) -> None:
         peak_threads = baseline_threads
         while any(w.is_alive() for w in workers):
             peak_threads = max(peak_threads, threads_of(exp.proc.pid))
-            time.sleep(0.2)
+            workers[0].join(0.2)  # a sample every 0.2 s until the load ends
         for w in workers:
             w.join()
 
@@ -111,22 +111,17 @@ def test_fifty_concurrent_scrapers(eight_gpus: Mapping[str, str]) -> None:
             assert {s.name for s in parse(text)} == names
         # Afterwards the exporter is still healthy and back to its idle thread count.
         assert _device_series(exp) == gpus
-        deadline = time.monotonic() + 15
         idle = baseline_threads + LANE_WORKERS
-        while threads_of(exp.proc.pid) > idle and time.monotonic() < deadline:
-            time.sleep(0.2)
-        settled = threads_of(exp.proc.pid)
-        assert settled <= idle, (baseline_threads, settled)
+        settled = eventually(lambda: (n := threads_of(exp.proc.pid)) <= idle and n, 15,
+                             f"back to at most {idle} threads ({baseline_threads} at rest)")
         # What stays is a bounded pool, not a leak: more scrapes than the bound allows
         # leave no thread behind once their handlers have closed. (Right after a scrape
         # its handler thread may still be closing the connection; a slow NVML call may
         # add a lane worker, within the bound.)
         for _ in range(LANE_WORKERS + 20):
             exp.scrape()
-        deadline = time.monotonic() + 15
-        while threads_of(exp.proc.pid) > idle and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert threads_of(exp.proc.pid) <= idle, (baseline_threads, settled)
+        eventually(lambda: threads_of(exp.proc.pid) <= idle, 15,
+                   f"no thread left behind ({baseline_threads} at rest, {settled} settled)")
 
 
 def _trickle(port: int, stop: threading.Event, sent: list[int]) -> None:
@@ -154,16 +149,24 @@ def test_slowloris_clients_do_not_block_scrapes(eight_gpus: Mapping[str, str]) -
         for t in slow:
             t.start()
         try:
-            time.sleep(2)  # every slow client is connected and trickling
+            eventually(lambda: all(n[0] >= 2 for n in sent), 30,
+                       "every slow client connected and trickling")
+            start = [n[0] for n in sent]
             answered = 0
-            for _ in range(40):
+
+            def scrape_while_they_trickle() -> bool:
+                nonlocal answered
                 status, body = get(exp.port, timeout=SCRAPE_TIMEOUT)
                 assert status == 200 and b"gpu_exporter_build_info" in body
                 answered += 1
-                time.sleep(0.25)
-            assert answered == 40
-            # The slow clients were really trickling during those scrapes.
-            assert all(n[0] >= 10 for n in sent), [n[0] for n in sent]
+                # Scrapes go on until every slow client has sent ten more bytes in the
+                # meantime: they were really trickling during those scrapes.
+                return answered >= 40 and all(
+                    n[0] >= s + 10 for n, s in zip(sent, start, strict=True))
+
+            eventually(scrape_while_they_trickle, 40 * SCRAPE_TIMEOUT,
+                       "scrapes answered while the slow clients trickle",
+                       interval=0.05, retry_on=())
             assert get(exp.port, "/healthz")[0] == 200
         finally:
             stop.set()

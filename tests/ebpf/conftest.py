@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -15,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import Exporter, find, parse, require_tool
+from tests.helpers import Exporter, eventually, find, parse, require_tool
 
 CSRC = Path(__file__).parent / "csrc"
 
@@ -172,10 +171,7 @@ def engine() -> Iterator[Any]:
 
 
 def wait_until(cond: Callable[[], bool], what: str, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
+    eventually(cond, timeout, what)
 
 
 def attached(exp: Exporter) -> set[str]:

@@ -11,7 +11,16 @@ from pathlib import Path
 import pytest
 
 from tests.fake_nvml import scenario as fake
-from tests.helpers import Exporter, Series, find, parse, promtool_check_metrics, run_cli, value
+from tests.helpers import (
+    Exporter,
+    Series,
+    eventually,
+    find,
+    parse,
+    promtool_check_metrics,
+    run_cli,
+    value,
+)
 from tests.nvidia import golden
 from tests.nvidia.conftest import nvidia_only, running
 
@@ -25,13 +34,13 @@ def uuid(i: int) -> str:
 def wait_for(
     exp: Exporter, ok: Callable[[list[Series]], bool], timeout: float = 15
 ) -> list[Series]:
-    deadline = time.monotonic() + timeout
-    while True:
+    """Scrape until `ok` holds of the scrape (an assertion inside `ok` is a not yet)."""
+    def scraped() -> list[Series]:
         s = parse(exp.scrape())
-        if ok(s):
-            return s
-        assert time.monotonic() < deadline, f"condition not met; last scrape:\n{s}"
-        time.sleep(0.1)
+        assert ok(s), f"last scrape:\n{s}"
+        return s
+
+    return eventually(scraped, timeout, "the condition on the scrape", interval=0.1)
 
 
 def scrape_within(exp: Exporter, seconds: float) -> list[Series]:
@@ -107,19 +116,17 @@ def test_hung_call_cannot_hang_the_scrape(fake_lib: Path, tmp_path: Path) -> Non
             for i in set(range(8)) - {3}:
                 assert full(s, uuid(i)), f"GPU {i} incomplete while GPU 3 hangs"
             assert value(s, "gpu_exporter_collector_success", collector="nvidia") == 0
-            time.sleep(0.05)  # let the HTTP server's connection thread end
             counts.append(threads(exp.proc.pid))
         # The stuck GPU keeps one lane worker: a thread per scrape would pile up one stuck
-        # thread per scrape (7 here). The slack is for an HTTP connection thread still closing.
+        # thread per scrape (7 here). The slack is for the HTTP front's pool of scrape
+        # workers, started as scrapes come (asyncio: no thread per connection).
         assert max(counts) - min(counts) <= 2, counts
         sc.hang(3, "nvmlDeviceGetPowerUsage", None)
         s = wait_for(exp, lambda s: value(s, "hw_gpu_up", hw_id=uuid(3)) == 1, timeout=10)
         assert full(s, uuid(3))
         # Recovered: no thread more once the last scrapes' connection threads have ended.
-        deadline = time.monotonic() + 5
-        while threads(exp.proc.pid) > max(counts) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert threads(exp.proc.pid) <= max(counts)
+        eventually(lambda: threads(exp.proc.pid) <= max(counts), 5,
+                   f"at most {max(counts)} threads once recovered")
         assert exp.logs().count("did not answer NVML within the scrape timeout") == 1
 
 

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from tests.fake_nvml import scenario as fake
-from tests.helpers import find, parse, value
+from tests.helpers import Series, eventually, find, parse, value
 from tests.nvidia import driverfs
 from tests.nvidia.conftest import running
 from tests.nvidia.test_failures import full, uuid, wait_for
@@ -68,13 +68,14 @@ def test_the_first_scrape_after_a_driver_reload_has_every_gpu(
         sc.init_error = None
         sc.write()
         seen = []
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
+
+        def nvml_back() -> list[Series]:
             s = parse(exp.scrape())
             seen.append(len(find(s, "hw_gpu_up")))
-            if value(s, "gpu_exporter_feature_status", feature="nvidia.nvml",
-                     state="enabled") == 1:
-                break
+            return s if value(s, "gpu_exporter_feature_status", feature="nvidia.nvml",
+                              state="enabled") == 1 else []
+
+        s = eventually(nvml_back, 15, "NVML back", interval=0)
         assert set(seen) == {8}, seen  # never a scrape without them
         # The scrape that found NVML back read every GPU.
         assert [x.value for x in find(s, "hw_gpu_up")] == [1] * 8

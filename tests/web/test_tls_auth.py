@@ -9,12 +9,11 @@ import shutil
 import socket
 import ssl
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import BIN, exporter, parse, require_tool
+from tests.helpers import BIN, eventually, exporter, parse, require_tool
 from tests.web.certs import Certs
 from tests.web.conftest import PASSWORD
 from tests.web.serve import (
@@ -225,12 +224,8 @@ def test_renewed_certificate_is_served_without_restart(certs: Certs, folder: Pat
                                      dns=("localhost",), ips=("127.0.0.1",))
         shutil.copy(renewed.key, key)
         shutil.copy(renewed.cert, cert)
-        deadline = time.monotonic() + 10
-        serial = first
-        while serial == first and time.monotonic() < deadline:
-            time.sleep(0.3)
-            serial = served_serial(port)
-        assert serial != first, "the renewed certificate was not picked up"
+        eventually(lambda: served_serial(port) != first, 10,
+                   "the renewed certificate picked up", interval=0.3)
         assert https_get(port, ctx).status == 200
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import re
 import threading
-import time
 from pathlib import Path
 
 import bcrypt
@@ -14,7 +13,7 @@ import pytest
 
 from gpu_exporter.settings import ConfigError
 from gpu_exporter.webconfig import BasicAuth, load_web_config
-from tests.helpers import run_cli
+from tests.helpers import eventually, run_cli
 from tests.web.certs import Certs
 from tests.web.conftest import PASSWORD
 from tests.web.serve import basic
@@ -254,10 +253,8 @@ def test_credentials_that_passed_before_are_checked_first(
     for a in attackers:
         a.start()
     try:
-        deadline = time.monotonic() + 30
-        while started.count("attacker") < 40 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert started.count("attacker") >= 40, "the attackers never got going"
+        eventually(lambda: started.count("attacker") >= 40, 30, "the attackers got going",
+                   interval=0.01)
         overtaken = []
         for _ in range(5):
             with lock:
