@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
+from typing import Any
 
 
 def status_field(pid: int, key: str) -> int:
@@ -39,3 +42,15 @@ def system_busy_seconds() -> float:
 
 def self_cpu_seconds() -> float:
     return cpu_seconds(os.getpid())
+
+
+def pedantic_with_load(benchmark: Any, read: Callable[[], object], floor: Callable[[], object],
+                       rounds: int) -> tuple[list[float], float]:
+    """`read` timed by pytest-benchmark for `rounds` rounds, `floor` run before each (its
+    setup), and the CPUs' worth of other processes' work meanwhile: what lands in the
+    tails. Returns the rounds' times and that load."""
+    busy0, own0, wall0 = system_busy_seconds(), self_cpu_seconds(), time.monotonic()
+    benchmark.pedantic(read, setup=floor, rounds=rounds, iterations=1)
+    other_load = ((system_busy_seconds() - busy0)
+                  - (self_cpu_seconds() - own0)) / (time.monotonic() - wall0)
+    return list(benchmark.stats.stats.data), other_load

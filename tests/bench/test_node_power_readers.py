@@ -54,12 +54,7 @@ def test_node_power_readers_vs_plain_reads(benchmark: Any, results: Results,
         floor_times.append(time.perf_counter() - t0)
 
     benchmark.group = "node power readers: 4 meters, 4 RAPL zones"
-    busy0, own0, wall0 = (procstat.system_busy_seconds(), procstat.self_cpu_seconds(),
-                          time.monotonic())
-    benchmark.pedantic(read, setup=run_floor, rounds=ROUNDS, iterations=1)
-    other_load = ((procstat.system_busy_seconds() - busy0)
-                  - (procstat.self_cpu_seconds() - own0)) / (time.monotonic() - wall0)
-    ours = list(benchmark.stats.stats.data)
+    ours, other_load = procstat.pedantic_with_load(benchmark, read, run_floor, ROUNDS)
     out = {
         "vendor": "node power", "cards": "4 meters + 4 zones", "rounds": ROUNDS,
         "files": len(rec.files), "folders": len(rec.folders), "other_load_cpus": other_load,

@@ -117,13 +117,7 @@ def test_reader_vs_plain_reads(benchmark: Any, results: Results, tmp_path: Path,
         floor_times.append(time.perf_counter() - t0)
 
     benchmark.group = f"sysfs reader: {vendor}, {len(readings)} cards"
-    busy0, own0, wall0 = (procstat.system_busy_seconds(), procstat.self_cpu_seconds(),
-                          time.monotonic())
-    benchmark.pedantic(read, setup=run_floor, rounds=ROUNDS, iterations=1)
-    # CPUs' worth of other processes' work meanwhile: what lands in the tails.
-    other_load = ((procstat.system_busy_seconds() - busy0)
-                  - (procstat.self_cpu_seconds() - own0)) / (time.monotonic() - wall0)
-    ours = list(benchmark.stats.stats.data)
+    ours, other_load = procstat.pedantic_with_load(benchmark, read, run_floor, ROUNDS)
     values = {
         "vendor": vendor, "cards": len(readings), "rounds": ROUNDS,
         "files": len(rec.files), "folders": len(rec.folders), "other_load_cpus": other_load,
