@@ -37,6 +37,10 @@ from typing import Any
 
 import yaml
 
+# scripts/rules_yaml.py, beside this file, also when a test loads it by path
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from rules_yaml import Dumper as _Dumper
+
 REPO = Path(__file__).resolve().parent.parent
 PACK = REPO / "alerts" / "dcgm" / "dcgm-compat.rules.yml"
 DOC = REPO / "docs" / "migrating-from-dcgm-exporter.md"
@@ -389,16 +393,6 @@ def pack(hostname_label: str = HOSTNAME_LABEL, interval: str = INTERVAL,
                         "rules": rules}]}
 
 
-class _Dumper(yaml.SafeDumper):
-    pass
-
-
-def _str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
-    style = "|" if "\n" in value else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
-
-
-_Dumper.add_representer(str, _str)
 
 
 def render_pack(hostname_label: str = HOSTNAME_LABEL, interval: str = INTERVAL,

@@ -36,6 +36,10 @@ from typing import Any
 
 import yaml
 
+# scripts/rules_yaml.py, beside this file, also when a test loads it by path
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from rules_yaml import Dumper as _Dumper
+
 REPO = Path(__file__).resolve().parent.parent
 ALERTS = REPO / "alerts"
 OUTPUTS = {
@@ -110,17 +114,6 @@ def groups(path: Path, exporter_selector: str = EXPORTER_SELECTOR,
     return found
 
 
-class _Dumper(yaml.SafeDumper):
-    pass
-
-
-def _str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
-    # Multi-line expressions and descriptions stay readable as block scalars.
-    style = "|" if "\n" in value else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
-
-
-_Dumper.add_representer(str, _str)
 
 
 def _dump(docs: list[dict[str, Any]]) -> str:

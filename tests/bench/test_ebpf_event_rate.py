@@ -27,6 +27,7 @@ from gpu_exporter.sources.ebpf import abi
 from tests.bench.conftest import Results
 from tests.drills.test_ebpf_drills import graph_launches, probed, wait_first_launch
 from tests.ebpf.conftest import Build, Workload, build_into, copy_program
+from tests.helpers import eventually
 
 GRAPHS = 20_000
 RECORDS_PER_GRAPH = 4  # graph create, kernel node, instantiate, the launch's new key
@@ -54,8 +55,8 @@ def test_graph_event_rates(benchmark: Any, results: Results, build: Build) -> No
                                  text=True, timeout=300)
             assert res.returncode == 0, res.stderr
             measured["build_graphs_per_second"] = GRAPHS / (time.monotonic() - started)
-            while _counted(exp, "graph_rate") < GRAPHS:
-                time.sleep(0.02)
+            eventually(lambda: _counted(exp, "graph_rate") >= GRAPHS, 300,
+                       "every graph launch of graph_rate counted", interval=0.02)
         held = copy_program(build, "graphs", "graph_held")
         with probed(build) as exp:
             work = Workload([held, "--flood", str(GRAPHS)])
@@ -66,8 +67,8 @@ def test_graph_event_rates(benchmark: Any, results: Results, build: Build) -> No
             finally:
                 started = time.monotonic()
                 exp.proc.send_signal(signal.SIGCONT)
-            while _counted(exp, "graph_held") < GRAPHS:
-                time.sleep(0.02)
+            eventually(lambda: _counted(exp, "graph_held") >= GRAPHS, 300,
+                       "every graph launch of graph_held counted", interval=0.02)
             seconds = time.monotonic() - started
             measured["read_out_graphs_per_second"] = GRAPHS / seconds
             measured["read_out_records_per_second"] = GRAPHS * RECORDS_PER_GRAPH / seconds
