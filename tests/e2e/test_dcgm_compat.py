@@ -15,9 +15,11 @@ from __future__ import annotations
 import json
 import re
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -107,16 +109,38 @@ def servers() -> Iterator[Servers]:
             # the rate() fields are the last to have data: two scrapes, then a rule run
             server.wait_for("DCGM_FI_PROF_PCIE_TX_BYTES", 90)
             server.wait_for("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", 60)
+            # and the dashboard's template variables have their values: a series written
+            # by vmalert may reach VictoriaMetrics' index a flush after the others (all
+            # eight panels once found no `instance` on a loaded CI machine)
+            for var in _query_variables():
+                eventually(partial(_values, server, var["query"]), 60,
+                           f"{server.name}: {var['query']}", interval=0.5)
         yield s
 
 
 def _values(server: QueryServer, definition: str) -> list[str]:
-    """Grafana's label_values(metric, label): the series API."""
+    """Grafana's label_values(metric, label): the label values API, over the dashboard's
+    time range, as Grafana asks it."""
     m = re.fullmatch(r"label_values\((\w+),\s*(\w+)\)", definition)
     assert m, definition
+    now = time.time()
     doc = server.get_json(f"/api/v1/label/{m.group(2)}/values?match[]="
-                          + quote(m.group(1), safe=""))
+                          + quote(m.group(1), safe="")
+                          + f"&start={now - _range_seconds():.3f}&end={now:.3f}")
     return sorted(doc["data"])
+
+
+def _range_seconds() -> float:
+    """The dashboard's default time range ("now-15m" to "now"), in seconds."""
+    span = _dashboard()["time"]
+    assert span["to"] == "now", span
+    m = re.fullmatch(r"now-(\d+)([smh])", span["from"])
+    assert m, span
+    return int(m.group(1)) * {"s": 1, "m": 60, "h": 3600}[m.group(2)]
+
+
+def _query_variables() -> list[dict[str, Any]]:
+    return [v for v in _dashboard()["templating"]["list"] if v["type"] == "query"]
 
 
 def _all(values: list[str]) -> str:
@@ -155,11 +179,10 @@ def test_nvidias_dashboard_panel_has_data(servers: Servers, server: str, panel: 
                                           expr: str) -> None:
     s: QueryServer = getattr(servers, server)
     values = {}
-    for var in _dashboard()["templating"]["list"]:
-        if var["type"] == "query":
-            found = _values(s, var["query"])
-            assert found, (server, var["name"])
-            values[var["name"]] = _all(found)
+    for var in _query_variables():
+        found = _values(s, var["query"])
+        assert found, (server, var["name"])
+        values[var["name"]] = _all(found)
     assert values["gpu"] == "(0|1|2|3|4)", values  # the five H100s, and no other card
     query = re.sub(r"\$(\w+)", lambda m: values[m.group(1)], expr)
     assert "$" not in query
