@@ -485,12 +485,15 @@ class ExecutableLabels(CudaLabels):
 
 class LaunchLabels(ExecutableLabels):
     cuda_kernel_name: str
-    cuda_api: str  # runtime | driver | graph
+    # runtime | driver | graph (CUDA); hip | hip_module | hip_graph (AMD's HIP, issue #23:
+    # the label keeps its name so that one query finds both, docs/ebpf.md)
+    cuda_api: abi.CudaApi
 
 
 GPU_KERNEL_LAUNCH_CALLS = Counter(
     "gpu_kernel_launch_calls_total",
-    "CUDA kernel launches that succeeded (a graph launch: one per kernel node of the graph).",
+    "CUDA and HIP kernel launches that succeeded (a graph launch: one per kernel node of "
+    "the graph).",
     C, LaunchLabels,
     fixed=True,
     sources="uprobes on " + abi.calls_of(abi.LAUNCH_PROGRAMS),
@@ -531,7 +534,7 @@ GPU_MEMORY_COPIES = Histogram(
 
 
 class AllocationLabels(ExecutableLabels):
-    cuda_api: str  # runtime | driver
+    cuda_api: abi.CudaApi  # runtime | driver | hip
     # device (cudaMalloc*), managed (cudaMallocManaged), host (pinned: cudaMallocHost,
     # cudaHostAlloc, cuMemHostAlloc): host memory is not GPU memory
     cuda_memory_type: abi.MemoryType
@@ -555,17 +558,19 @@ GPU_SYNC_DURATION = Histogram(
 
 
 class CudaErrorLabels(ExecutableLabels):
-    cuda_call: str  # the entry point as documented: cudaMemcpyAsync, cuLaunchKernel
-    error_type: str  # cudaErrorNoDevice, CUDA_ERROR_NOT_INITIALIZED; the number if unknown
+    cuda_call: str  # the entry point as documented: cudaMemcpyAsync, cuLaunchKernel, hipMalloc
+    # cudaErrorNoDevice, CUDA_ERROR_NOT_INITIALIZED, hipErrorNoDevice; the number if unknown
+    error_type: str
 
 
 GPU_CUDA_ERRORS = Counter(
     "gpu_cuda_errors_total",
-    "CUDA calls that returned an error (not counted as launches, copies, allocations or "
-    "synchronisations).", C, CudaErrorLabels,
+    "CUDA and HIP calls that returned an error (not counted as launches, copies, "
+    "allocations or synchronisations).", C, CudaErrorLabels,
     sources="the return value of every probed call (uretprobes); names from the CUDA "
     "libraries' own cudaGetErrorName/cuGetErrorName (libcudart 11.8, 12.9, 13.x; libcuda "
-    "535 and the CUresult enum of CUDA 12.9/13.x's cuda.h), the number for a newer code",
+    "535 and the CUresult enum of CUDA 12.9/13.x's cuda.h), hipGetErrorName (libamdhip64 "
+    "of ROCm 5.2), the number for a newer code",
 )
 
 # --- host --------------------------------------------------------------------------------

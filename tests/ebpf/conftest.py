@@ -149,8 +149,10 @@ def probe_points(lib: str, symbol: str) -> list[Any]:
     assert offset is not None
     probe = abi.BY_SYMBOL[symbol]
     cookie = abi.cookie(abi.INDEX[symbol])
-    return [attach.Point(offset, probe.program, False, cookie),
-            attach.Point(offset, abi.return_program(probe), True, cookie)]
+    entry = attach.Point(offset, probe.program, False, cookie)
+    if probe.program in abi.ENTRY_ONLY_PROGRAMS:
+        return [entry]
+    return [entry, attach.Point(offset, abi.return_program(probe), True, cookie)]
 
 
 @contextmanager
@@ -189,3 +191,71 @@ def only_ebpf_args() -> list[str]:
     from gpu_exporter.collectors import REGISTRY
 
     return [f"--no-collector.{c.name}" for c in REGISTRY if c.name != "ebpf"]
+
+
+# --- HIP (AMD): the fake libamdhip64.so.5 and programs built by the real hipcc ---------
+HIP_FIXTURES = Path(__file__).parent.parent / "fixtures" / "hip"
+HIP_LIB = "libamdhip64.so.5"
+
+
+def hip_version_script(symbols: Sequence[str]) -> str:
+    """The fake's version script: each symbol under the version node the real library
+    (ROCm 5.2.3) defines it in, or, newer, the node ROCm/clr's script lists it in: a
+    program hipcc links against the real library then binds to the fake's."""
+    nodes: dict[str, str] = {}
+    for line in (HIP_FIXTURES / "real-symbols-5.2.txt").read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, _, node = line.partition("@")
+            nodes[name] = node
+    node = ""
+    for raw in (HIP_FIXTURES / "hip_hcc.map.in-7.2").read_text().splitlines():
+        line = raw.strip()
+        if line.startswith("hip_") and line.endswith("{"):
+            node = line.split()[0]
+        elif line.endswith(";") and not line.startswith(("}", "*", "local", "global")):
+            nodes.setdefault(line[:-1], node)
+    by_node: dict[str, list[str]] = {}
+    for s in symbols:
+        if s in nodes:
+            by_node.setdefault(nodes[s], []).append(s)
+    out = []
+    for i, (n, names) in enumerate(sorted(by_node.items())):
+        local = "local: *;" if i == 0 else ""
+        out.append(f"{n} {{ global: {' '.join(x + ';' for x in names)} {local} }};")
+    return "\n".join(out) + "\n"
+
+
+def build_hip_into(out: Path) -> Build:
+    """libamdhip64.so.5 (fake, same soname and version nodes as AMD's) and hip_workload,
+    built by the real hipcc for gfx90a with an $ORIGIN rpath (so the fake beside it is
+    loaded); real/hip_workload is the same program beside no fake: it runs AMD's real
+    library (installed with hipcc), which fails every call here (no GPU)."""
+    gxx, hipcc = require_tool("g++"), require_tool("hipcc")
+    require_tool("nm")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "real").mkdir(exist_ok=True)
+
+    def run(cmd: list[str], env: dict[str, str] | None = None) -> str:
+        res = subprocess.run(cmd, cwd=out, capture_output=True, text=True, timeout=300,
+                             env={**os.environ, **(env or {})})
+        assert res.returncode == 0, f"{' '.join(cmd)} failed:\n{res.stderr}"
+        return res.stdout
+
+    run([gxx, "-O0", "-Wall", "-Werror", "-D__HIP_PLATFORM_AMD__", "-fPIC", "-c", "-o",
+         "fake_hip.o", str(CSRC / "fake_hip.cpp")])
+    symbols = [line.split()[-1] for line in
+               run(["nm", "-g", "--defined-only", "fake_hip.o"]).splitlines()]
+    (out / "fake_hip.map").write_text(hip_version_script(symbols))
+    run([gxx, "-shared", "-o", HIP_LIB, "fake_hip.o", f"-Wl,-soname,{HIP_LIB}",
+         "-Wl,--version-script=fake_hip.map"])
+    # HIP_PLATFORM: hipcc picks NVIDIA's platform where an nvcc is on the PATH.
+    run([hipcc, "--offload-arch=gfx90a", "-O1", "-Wno-deprecated-declarations", "-o",
+         "hip_workload", str(CSRC / "hip_workload.hip"), "-Wl,-rpath,$ORIGIN"],
+        {"HIP_PLATFORM": "amd"})
+    shutil.copy2(out / "hip_workload", out / "real" / "hip_workload")
+    return Build(out)
+
+
+@pytest.fixture(scope="session")
+def hip_build(tmp_path_factory: pytest.TempPathFactory) -> Build:
+    return build_hip_into(tmp_path_factory.mktemp("hip-fake"))

@@ -154,6 +154,7 @@ def test_every_probe_names_a_program_in_the_source() -> None:
     for program in (*abi.ENTRY_PROGRAMS, abi.RETURN_PROGRAM, abi.RETURN_PROGRAM_DRIVER):
         assert (f"int {program}(struct pt_regs *ctx)" in text
                 or f"\nENTRY({program}, OP_" in text
+                or f"\nENTRY_FILLED({program}, OP_" in text
                 or f"\nKEEP_ARGS({program}, OP_" in text), program
     assert len(abi.ALL_PROBES) < 1 << 16 and all(p.arg < 1 << 8 for p in abi.ALL_PROBES)
 
@@ -166,7 +167,7 @@ def test_probed_symbols_are_what_the_real_cuda_libraries_export() -> None:
         if line and not line.startswith("#"):
             symbol, side = line.split()
             recorded[symbol] = side
-    for p in abi.ALL_PROBES:
+    for p in abi.RUNTIME_PROBES + abi.DRIVER_PROBES:
         if p.since:
             assert p.symbol not in recorded, p  # really newer than the recorded libraries
             continue
@@ -209,7 +210,9 @@ def test_cookies_say_which_call_and_which_side() -> None:
     for i, p in enumerate(abi.ALL_PROBES):
         c = abi.cookie(i)
         assert (c & 0xFFFF, c >> 16 & 0xFF, c >> 24 & 1) == (i, p.arg, int(p.driver))
-        assert p.driver == (p in abi.DRIVER_PROBES) == bool(re.match(r"cu[A-Z]", p.symbol))
+        assert c >> 31 == int(p.hip) == int(p in abi.HIP_PROBES)
+        if not p.hip:
+            assert p.driver == (p in abi.DRIVER_PROBES) == bool(re.match(r"cu[A-Z]", p.symbol))
 
 
 @pytest.mark.parametrize(("symbol", "call"), [
@@ -373,6 +376,7 @@ def test_probe_table_in_docs_is_generated_from_abi() -> None:
     assert probe_table.update(doc) == doc, "docs/ebpf.md's probe table is stale: run `make docs`"
     # One row per documented call and kind of count; every probed symbol in one of them.
     table = doc.split(probe_table.BEGIN, 1)[1].split(probe_table.END, 1)[0]
+    table += doc.split(probe_table.HIP_BEGIN, 1)[1].split(probe_table.HIP_END, 1)[0]
     for p in abi.ALL_PROBES:
         assert f"`{p.symbol}`" in table, p
     assert set(abi.COUNTS) == set(abi.ENTRY_PROGRAMS), "describe every entry program"

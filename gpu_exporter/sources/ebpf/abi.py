@@ -50,7 +50,17 @@ SLOT_SUM: Final = 100  # histogram families: the sum of values; slots 0..64 are 
 API_RUNTIME: Final = 0
 API_DRIVER: Final = 1
 API_GRAPH: Final = 2
-API_NAMES: Final = {API_RUNTIME: "runtime", API_DRIVER: "driver", API_GRAPH: "graph"}
+# HIP (AMD's libamdhip64): a HIP probe's cookie has COOKIE_HIP; its api is the CUDA one's
+# + API_HIP (hipLaunchKernel: hip, hipModuleLaunchKernel: hip_module, hipGraphLaunch:
+# hip_graph). The label keeps its name (cuda_api): the same queries find both.
+API_HIP: Final = 3
+API_HIP_MODULE: Final = 4
+API_HIP_GRAPH: Final = 5
+CudaApi = Literal["runtime", "driver", "graph", "hip", "hip_module", "hip_graph"]  # cuda_api
+API_NAMES: Final[dict[int, CudaApi]] = {
+    API_RUNTIME: "runtime", API_DRIVER: "driver", API_GRAPH: "graph", API_HIP: "hip",
+    API_HIP_MODULE: "hip_module", API_HIP_GRAPH: "hip_graph"}
+GRAPH_APIS: Final = frozenset({API_GRAPH, API_HIP_GRAPH})
 
 # enum cudaMemcpyKind
 MEMCPY_HOST_TO_HOST: Final = 0
@@ -71,6 +81,9 @@ SYNC_CUDA_EVENT: Final = 2
 SYNC_CU_STREAM: Final = 3
 SYNC_CU_CTX: Final = 4
 SYNC_CU_EVENT: Final = 5
+SYNC_HIP_STREAM: Final = 6
+SYNC_HIP_DEVICE: Final = 7
+SYNC_HIP_EVENT: Final = 8
 
 # What an allocation allocates (the memory type, in an allocation probe's cookie).
 MEM_DEVICE: Final = 0
@@ -283,6 +296,8 @@ EVENT_HEAD = struct.Struct("<IIHHIQQ16s")  # type, tgid, fam, sub, pad, id, targ
 
 
 _SUFFIX = re.compile(r"(_v\d)?(_pt[sd][sz])?$")
+_HIP_SUFFIX = re.compile(r"_spt$")
+_MANGLED = re.compile(r"^_Z(\d+)(\w+)")
 
 
 @dataclass(frozen=True)
@@ -301,12 +316,20 @@ class Probe:
     # Where the program finds its arguments, for programs shared by calls of several
     # layouts (copy_2d: the argument number of the width; copy_3d: RT_3D / RT_3D_PEER).
     pos: int = 0
+    # A HIP entry point (libamdhip64): its api is hip / hip_module / hip_graph, its errors
+    # hipError_t. `since`: then the ROCm release that added it, when newer than the real
+    # library recorded in tests/fixtures/hip/ (Debian's ROCm 5.2.3).
+    hip: bool = False
 
     @property
     def call(self) -> str:
         """The documented name (cuda_call): `cuMemcpyHtoDAsync_v2_ptsz` is
-        `cuMemcpyHtoDAsync`, as the CUDA headers' macros name it."""
-        return _SUFFIX.sub("", self.symbol)
+        `cuMemcpyHtoDAsync`, as the CUDA headers' macros name it; `hipMemcpy_spt` is
+        `hipMemcpy`; a C++ symbol (`_Z24hipExtModuleLaunchKernel...`) its function's name."""
+        mangled = _MANGLED.match(self.symbol)
+        if mangled:
+            return mangled.group(2)[:int(mangled.group(1))]
+        return _HIP_SUFFIX.sub("", self.symbol) if self.hip else _SUFFIX.sub("", self.symbol)
 
 
 RETURN_PROGRAM: Final = "on_return"  # on every runtime entry point
@@ -477,7 +500,114 @@ DRIVER_PROBES: Final[tuple[Probe, ...]] = (
     *_drv("cuKernelGetFunction", "drv_kernel_function"),
 )
 
-ALL_PROBES: Final = RUNTIME_PROBES + DRIVER_PROBES
+# --- HIP (AMD's libamdhip64, ROCm 5.x to 7.x): issue #23 --------------------------------
+# The HIP runtime mirrors the CUDA runtime's C ABI (hipLaunchKernel is cudaLaunchKernel's
+# layout, hipModuleLaunchKernel cuLaunchKernel's, hipMemcpyKind cudaMemcpyKind's values,
+# hipMemcpy3DParms cudaMemcpy3DParms' layout): the CUDA entry programs serve, the cookie's
+# COOKIE_HIP telling the api. The hipModule* calls are the "driver" side of the frames, so
+# a module launch made inside a hipLaunchKernel is not counted again.
+# `since`: the first ROCm release recorded to export it, when after 5.2 (checked against
+# ROCm/clr's hip_hcc.map.in of each recorded release, tests/fixtures/hip/; a name may be
+# added to an older version node in a later release).
+SPT = "_spt"  # the per-thread default stream (hipcc -fgpu-default-stream=per-thread)
+# hipExtModuleLaunchKernel / hipHccModuleLaunchKernel are exported only under their C++
+# names (hip_ext.h declares them with default arguments); the same in every release.
+HIP_EXT_MODULE_LAUNCH: Final = ("_Z24hipExtModuleLaunchKernelP18ihipModuleSymbol_tjjjjjjm"
+                                "P12ihipStream_tPPvS4_P11ihipEvent_tS6_j")
+HIP_HCC_MODULE_LAUNCH: Final = ("_Z24hipHccModuleLaunchKernelP18ihipModuleSymbol_tjjjjjjm"
+                                "P12ihipStream_tPPvS4_P11ihipEvent_tS6_")
+
+
+def _hip(symbol: str, program: str, arg: int = 0, *suffixes: str, module: bool = False,
+         since: str = "", spt_since: str = "", pos: int = 0) -> tuple[Probe, ...]:
+    """A HIP call and its per-thread-stream variants (`spt_since`: when those came)."""
+    return tuple(Probe(symbol + s, program, arg, module, since=spt_since if s else since,
+                       pos=pos, hip=True) for s in ("", *suffixes))
+
+
+HIP_PROBES: Final[tuple[Probe, ...]] = (
+    # Launches: counted here only (hipcc's <<<>>> stub calls __hipPushCallConfiguration,
+    # __hipPopCallConfiguration, then hipLaunchKernel: none of the first two is probed).
+    *_hip("hipLaunchKernel", "hip_launch", 0, SPT),
+    *_hip("hipExtLaunchKernel", "hip_launch"),
+    *_hip("hipLaunchCooperativeKernel", "hip_launch", 0, SPT),
+    *_hip("hipLaunchKernelExC", "launch_ex", since="6.5"),
+    *_hip("hipGraphLaunch", "graph_launch", 0, SPT, spt_since="5.3"),
+    *_hip("hipModuleLaunchKernel", "hip_module_launch", module=True),
+    *_hip("hipModuleLaunchCooperativeKernel", "hip_module_launch", module=True, since="5.5"),
+    *_hip(HIP_EXT_MODULE_LAUNCH, "hip_ext_module_launch", module=True),
+    *_hip(HIP_HCC_MODULE_LAUNCH, "hip_ext_module_launch", module=True),
+    *_hip("hipDrvLaunchKernelEx", "launch_ex", module=True, since="6.5"),
+    # Names: a host stub's (its kernel handle's) device name, registered by the module
+    # constructor hipcc emits; a module function's, looked up by name.
+    *_hip("__hipRegisterFunction", "hip_register"),
+    *_hip("hipModuleGetFunction", "drv_get_function", module=True),
+    # Copies: the kind an argument (hipMemcpyKind) or the call's.
+    *_hip("hipMemcpy", "copy", MEMCPY_FROM_ARGS, SPT),
+    *_hip("hipMemcpyAsync", "copy", MEMCPY_FROM_ARGS, SPT),
+    *_hip("hipMemcpyWithStream", "copy", MEMCPY_FROM_ARGS),
+    *_hip("hipMemcpyHtoD", "copy", MEMCPY_HOST_TO_DEVICE),
+    *_hip("hipMemcpyHtoDAsync", "copy", MEMCPY_HOST_TO_DEVICE),
+    *_hip("hipMemcpyDtoH", "copy", MEMCPY_DEVICE_TO_HOST),
+    *_hip("hipMemcpyDtoHAsync", "copy", MEMCPY_DEVICE_TO_HOST),
+    *_hip("hipMemcpyDtoD", "copy", MEMCPY_DEVICE_TO_DEVICE),
+    *_hip("hipMemcpyDtoDAsync", "copy", MEMCPY_DEVICE_TO_DEVICE),
+    *_hip("hipMemcpyPeer", "copy_peer", MEMCPY_DEVICE_TO_DEVICE),
+    *_hip("hipMemcpyPeerAsync", "copy_peer", MEMCPY_DEVICE_TO_DEVICE),
+    *_hip("hipMemcpy2D", "copy_2d", MEMCPY_FROM_ARGS, SPT, pos=RT_2D_WIDTH_ARG),
+    *_hip("hipMemcpy2DAsync", "copy_2d", MEMCPY_FROM_ARGS, SPT, spt_since="5.3",
+          pos=RT_2D_WIDTH_ARG),
+    *_hip("hipMemcpy2DToArray", "copy_2d", MEMCPY_FROM_ARGS, SPT, pos=RT_2D_ARRAY_WIDTH_ARG),
+    *_hip("hipMemcpy2DToArrayAsync", "copy_2d", MEMCPY_FROM_ARGS, SPT, spt_since="5.3",
+          pos=RT_2D_ARRAY_WIDTH_ARG),
+    *_hip("hipMemcpy2DFromArray", "copy_2d", MEMCPY_FROM_ARGS, SPT,
+          pos=RT_2D_ARRAY_WIDTH_ARG),
+    *_hip("hipMemcpy2DFromArrayAsync", "copy_2d", MEMCPY_FROM_ARGS, SPT, spt_since="5.3",
+          pos=RT_2D_ARRAY_WIDTH_ARG),
+    *_hip("hipMemcpy2DArrayToArray", "copy_2d", MEMCPY_FROM_ARGS, since="6.2",
+          pos=RT_2D_ARRAY_TO_ARRAY_WIDTH_ARG),
+    *_hip("hipMemcpy3D", "copy_3d", MEMCPY_FROM_ARGS, SPT, pos=RT_3D),
+    *_hip("hipMemcpy3DAsync", "copy_3d", MEMCPY_FROM_ARGS, SPT, spt_since="5.3", pos=RT_3D),
+    # Allocations.
+    *_hip("hipMalloc", "alloc", MEM_DEVICE),
+    *_hip("hipExtMallocWithFlags", "alloc", MEM_DEVICE),
+    *_hip("hipMallocAsync", "alloc", MEM_DEVICE),
+    *_hip("hipMallocFromPoolAsync", "alloc", MEM_DEVICE),
+    *_hip("hipMallocManaged", "alloc", MEM_MANAGED),
+    *_hip("hipHostMalloc", "alloc", MEM_HOST),
+    *_hip("hipMallocHost", "alloc", MEM_HOST),
+    *_hip("hipHostAlloc", "alloc", MEM_HOST),
+    # Synchronising calls.
+    *_hip("hipDeviceSynchronize", "sync", SYNC_HIP_DEVICE),
+    *_hip("hipStreamSynchronize", "sync", SYNC_HIP_STREAM, SPT),
+    *_hip("hipEventSynchronize", "sync", SYNC_HIP_EVENT),
+    # The thread's device, and what the process was told an ordinal is.
+    *_hip("hipSetDevice", "set_device"),
+    *_hip("hipDeviceGetPCIBusId", "device_pci"),
+    # Graphs: stream capture and the executable graphs made of it, as CUDA's.
+    *_hip("hipStreamBeginCapture", "capture_begin", 0, SPT, spt_since="5.3"),
+    # (in the hip_6.1 node from ROCm 6.2 on; so is hipGraphInstantiateWithParams)
+    *_hip("hipStreamBeginCaptureToGraph", "capture_begin", 1, since="6.2"),
+    *_hip("hipStreamEndCapture", "capture_end", 0, SPT, spt_since="5.3"),
+    # hipEventRecord_spt is in the hip_5.2 node, but 5.2.3's library does not define it.
+    *_hip("hipEventRecord", "event_record", 0, SPT, spt_since="6.0"),
+    *_hip("hipEventRecordWithFlags", "event_record", since="6.4"),
+    *_hip("hipStreamWaitEvent", "stream_wait", 0, SPT),
+    *_hip("hipGraphCreate", "graph_create"),
+    *_hip("hipGraphAddChildGraphNode", "graph_add_child", GRAPH_ADD_CHILD),
+    *_hip("hipGraphClone", "graph_clone"),
+    *_hip("hipGraphInstantiate", "graph_instantiate"),
+    *_hip("hipGraphInstantiateWithFlags", "graph_instantiate"),
+    *_hip("hipGraphInstantiateWithParams", "graph_instantiate", since="6.2"),
+    *_hip("hipGraphExecUpdate", "graph_exec_update"),
+    *_hip("hipGraphDestroy", "graph_destroy"),
+    *_hip("hipGraphExecDestroy", "graph_exec_destroy"),
+)
+# Programs whose call returns nothing to judge (void): an entry probe alone.
+ENTRY_ONLY_PROGRAMS: Final = frozenset({"hip_register"})
+# --- end of HIP --------------------------------------------------------------------------
+
+ALL_PROBES: Final = RUNTIME_PROBES + DRIVER_PROBES + HIP_PROBES
 SYNC_NAMES: Final = {p.arg: p.call for p in ALL_PROBES if p.program == "sync"}
 
 # What each entry program makes of a call that returns success (the return program counts
@@ -538,6 +668,28 @@ COUNTS: Final[dict[str, str]] = {
     "graph_exec_destroy": "no count: the executable graph's launch counters are final "
                           "(folded into the exporter's own totals)",
 }
+# HIP's own entry programs (issue #23).
+COUNTS.update({
+    "hip_launch": "a launch: `gpu_kernel_launch_calls_total{cuda_api=\"hip\"}`, named from "
+                  "the kernel handle (its registered device name, else its ELF symbol); grid "
+                  "and block size from the `dim3` arguments",
+    "hip_module_launch": "a launch: `gpu_kernel_launch_calls_total{cuda_api=\"hip_module\"}`,"
+                         " named from the `hipFunction_t`; grid and block size from the "
+                         "arguments",
+    "hip_ext_module_launch": "a launch: `gpu_kernel_launch_calls_total"
+                             "{cuda_api=\"hip_module\"}`, named from the `hipFunction_t`; "
+                             "blocks per grid = global work size / local work size",
+    "hip_register": "no count: names a kernel handle (an entry probe only: the call "
+                    "returns nothing)",
+})
+# What a CUDA entry program counts, said of the HIP calls it is attached to.
+HIP_COUNTS: Final[dict[str, str]] = {
+    "launch_ex": "a launch: `gpu_kernel_launch_calls_total` (`cuda_api=\"hip\"`, "
+                 "`\"hip_module\"` for `hipDrvLaunchKernelEx`); grid and block size from "
+                 "the launch configuration struct",
+    "graph_launch": "a graph launch: `gpu_kernel_launch_calls_total{cuda_api=\"hip_graph\"}`",
+    "drv_get_function": "no count: names a `hipFunction_t` (kernel names)",
+}
 BY_SYMBOL: Final = {p.symbol: p for p in ALL_PROBES}
 ENTRY_PROGRAMS: Final = tuple(sorted({p.program for p in ALL_PROBES}))
 
@@ -545,13 +697,14 @@ ENTRY_PROGRAMS: Final = tuple(sorted({p.program for p in ALL_PROBES}))
 def cookie(index: int) -> int:
     """The BPF cookie of probe ALL_PROBES[index] (see program.c, COOKIE_*)."""
     p = ALL_PROBES[index]
-    return index | p.arg << 16 | int(p.driver) << 24 | p.pos << 25
+    return index | p.arg << 16 | int(p.driver) << 24 | p.pos << 25 | int(p.hip) << 31
 
 
 INDEX: Final = {p.symbol: i for i, p in enumerate(ALL_PROBES)}
 
 
-LAUNCH_PROGRAMS: Final = ("rt_launch", "launch_ex", "drv_launch", "graph_launch")
+LAUNCH_PROGRAMS: Final = ("rt_launch", "launch_ex", "drv_launch", "graph_launch",
+                          "hip_launch", "hip_module_launch", "hip_ext_module_launch")
 COPY_PROGRAMS: Final = (
     "copy", "copy_peer", "copy_2d", "copy_3d", "drv_copy_2d", "drv_copy_3d")
 ALLOC_PROGRAMS: Final = ("alloc",)
@@ -564,4 +717,4 @@ def calls_of(programs: tuple[str, ...]) -> str:
     return ", ".join(dict.fromkeys(p.call for p in ALL_PROBES if p.program in programs))
 # A mapped file that defines one of these is probed whatever its name (a runtime linked
 # statically into a binary, a wheel's hashed libcudart-1a2b3c4d.so.12).
-MARKER_SYMBOLS: Final = frozenset({"cudaLaunchKernel", "cuLaunchKernel"})
+MARKER_SYMBOLS: Final = frozenset({"cudaLaunchKernel", "cuLaunchKernel", "hipLaunchKernel"})

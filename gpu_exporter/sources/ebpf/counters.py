@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
-from gpu_exporter.sources.ebpf import abi, cuda_errors
+from gpu_exporter.sources.ebpf import abi, cuda_errors, hip_errors
 from gpu_exporter.sources.ebpf.graphs import PENDING, Graphs
 from gpu_exporter.sources.ebpf.reading import CallKey, NvmlView
 from gpu_exporter.sources.ebpf.resolve import Resolver
@@ -37,7 +37,7 @@ def launch_tag(tag: int) -> tuple[int, int, int]:
 
 def serial(fam: int, sub: int, ident: int) -> int | None:
     """The executable graph serial a launch counter counts by, or None."""
-    if fam == abi.FAM_LAUNCH and sub == abi.API_GRAPH and ident & abi.GRAPH_SERIAL_BIT:
+    if fam == abi.FAM_LAUNCH and sub in abi.GRAPH_APIS and ident & abi.GRAPH_SERIAL_BIT:
         return ident & ~abi.GRAPH_SERIAL_BIT
     return None
 
@@ -162,7 +162,8 @@ class Counters:
                            device=device)
         if fam == abi.FAM_ERROR:
             probe = abi.ALL_PROBES[sub] if sub < len(abi.ALL_PROBES) else None
-            names = cuda_errors.DRIVER if probe is None or probe.driver else cuda_errors.RUNTIME
+            names = (hip_errors.HIP if probe is not None and probe.hip else
+                     cuda_errors.DRIVER if probe is None or probe.driver else cuda_errors.RUNTIME)
             return CallKey(executable=r.executable(tgid),
                            call=probe.call if probe else str(sub),
                            error_type=names.get(ident, str(ident)), pid=pid, device=device)
@@ -197,7 +198,8 @@ class Counters:
             found = next(iter(listed))
         elif by_ordinal:
             ordinal = (dev - 1 if abi.DEV_NONE < dev <= abi.DEV_ORDINAL_MAX + 1 else
-                       0 if dev == abi.DEV_NONE and api == abi.API_RUNTIME else None)
+                       0 if dev == abi.DEV_NONE and api in (abi.API_RUNTIME, abi.API_HIP)
+                       else None)
             told = None if ordinal is None else self.resolver.device_id(tgid, ordinal)
             for key in (f"GPU-{told}", f"MIG-{told}", self.nvml.by_pci.get(told or "")):
                 if key in listed:

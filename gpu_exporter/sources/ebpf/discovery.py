@@ -22,7 +22,8 @@ MAPS_MAX_BYTES = 16 * 1024 * 1024
 
 FileId = tuple[str, int]  # (device "maj:min" as in maps, inode)
 
-_NAMED = re.compile(r"^lib(cudart|cuda)([-.][^/]*)?\.so(\.[0-9.]+)?$")
+# libamdhip64.so.5/.6/.7: AMD's HIP runtime (issue #23).
+_NAMED = re.compile(r"^lib(cudart|cuda|amdhip64)([-.][^/]*)?\.so(\.[0-9.]+)?$")
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,8 @@ _SYM = struct.Struct("<IBBHQQ")
 SHT_SYMTAB, SHT_DYNSYM = 2, 11
 PT_LOAD = 1
 STT_FUNC, STT_GNU_IFUNC = 2, 10
+STT_OBJECT = 1
+_FUNCTION_TYPES = (STT_FUNC, STT_GNU_IFUNC)
 SHN_UNDEF = 0
 _NAME_MAX = 1 << 16
 
@@ -85,6 +87,7 @@ class ElfFile:
         except (ValueError, IndexError, struct.error) as exc:
             raise ElfError(str(exc)) from exc
         self._symbols: ElfSymbols | None = None
+        self._objects: ElfSymbols | None = None
 
     @classmethod
     def open(cls, path: str) -> ElfFile:
@@ -147,6 +150,18 @@ class ElfFile:
             except (ValueError, IndexError, struct.error) as exc:
                 raise ElfError(str(exc)) from exc
         return self._symbols
+
+    def objects(self) -> ElfSymbols:
+        """Every data object symbol, for address lookups (parsed once, when first asked):
+        a HIP kernel's handle is a variable named after the kernel, which
+        hipLaunchKernel is given in place of a host function."""
+        if self._objects is None:
+            try:
+                self._objects = _all_functions(self._m, self.segments, self._tables, False,
+                                               (STT_OBJECT,))
+            except (ValueError, IndexError, struct.error) as exc:
+                raise ElfError(str(exc)) from exc
+        return self._objects
 
 
 class ElfSymbols:
@@ -221,13 +236,14 @@ def _headers(m: mmap.mmap) -> tuple[tuple[Segment, ...], tuple[_SymbolTable, ...
 
 
 def _all_functions(m: mmap.mmap, segments: tuple[Segment, ...],
-                   tables: tuple[_SymbolTable, ...], by_name: bool) -> ElfSymbols:
+                   tables: tuple[_SymbolTable, ...], by_name: bool,
+                   kinds: tuple[int, ...] = _FUNCTION_TYPES) -> ElfSymbols:
     functions: dict[str, int] = {}
     starts, ends, names = array("Q"), array("Q"), array("Q")
     for t in tables:
         for off in range(t.offset, t.offset + t.size - t.entsize + 1, t.entsize):
             st_name, st_info, _, st_shndx, st_value, st_size = _SYM.unpack_from(m, off)
-            if st_info & 0xF not in (STT_FUNC, STT_GNU_IFUNC) or st_shndx == SHN_UNDEF:
+            if st_info & 0xF not in kinds or st_shndx == SHN_UNDEF:
                 continue
             if st_value == 0 or st_name >= t.str_size:
                 continue

@@ -12,6 +12,10 @@ from gpu_exporter.sources.ebpf import abi
 BEGIN = ("<!-- probes:begin (generated from gpu_exporter/sources/ebpf/abi.py by `make docs`; "
          "do not edit) -->")
 END = "<!-- probes:end -->"
+HIP_BEGIN = ("<!-- hip-probes:begin (generated from gpu_exporter/sources/ebpf/abi.py by "
+             "`make docs`; do not edit) -->")
+HIP_END = "<!-- hip-probes:end -->"
+CUDA_PROBES = abi.RUNTIME_PROBES + abi.DRIVER_PROBES
 
 
 def _detail(p: abi.Probe) -> str:
@@ -29,18 +33,23 @@ def _detail(p: abi.Probe) -> str:
     return ""
 
 
-def rows() -> list[tuple[str, str, str, str]]:
+def rows(probes: tuple[abi.Probe, ...] = CUDA_PROBES) -> list[tuple[str, str, str, str]]:
     """(cuda_call, symbols, API, what a successful call counts), one per documented call
-    and kind of count, in probe order; the _v2/_ptsz/_ptds symbols of a call together."""
+    and kind of count, in probe order; the _v2/_ptsz/_ptds/_spt symbols of a call
+    together."""
     out: dict[tuple[str, bool, str, int], list[abi.Probe]] = {}
-    for p in abi.ALL_PROBES:
+    for p in probes:
         out.setdefault((p.call, p.driver, p.program, p.arg), []).append(p)
     table = []
-    for (call, driver, program, _), probes in out.items():
-        symbols = ", ".join(f"`{p.symbol}`" + (f" (CUDA {p.since}+)" if p.since else "")
-                            for p in probes)
-        table.append((f"`{call}`", symbols, "driver" if driver else "runtime",
-                      abi.COUNTS[program] + _detail(probes[0])))
+    for (call, driver, program, _), group in out.items():
+        release = "ROCm" if group[0].hip else "CUDA"
+        symbols = ", ".join(f"`{p.symbol}`" + (f" ({release} {p.since}+)" if p.since else "")
+                            for p in group)
+        api = ("module" if driver else "runtime") if group[0].hip else (
+            "driver" if driver else "runtime")
+        counts = abi.HIP_COUNTS.get(program) if group[0].hip else None
+        table.append((f"`{call}`", symbols, api,
+                      (counts or abi.COUNTS[program]) + _detail(group[0])))
     return table
 
 
@@ -48,17 +57,39 @@ def render() -> str:
     lines = [BEGIN, "", "| `cuda_call` | symbols probed | API | a successful call counts |",
              "|---|---|---|---|"]
     lines += [f"| {' | '.join(r)} |" for r in rows()]
-    lines += ["", f"{len(abi.ALL_PROBES)} symbols, each with an entry and a return probe: "
+    lines += ["", f"{len(CUDA_PROBES)} symbols, each with an entry and a return probe: "
               "a call that returns an error counts once in `gpu_cuda_errors_total` instead. "
               "A driver call made inside a probed runtime call is not counted again.",
               "", END]
     return "\n".join(lines)
 
 
+def render_hip() -> str:
+    """The HIP table (libamdhip64): `module` is the hipModule* side (a module launch made
+    inside a runtime launch is not counted again)."""
+    lines = [HIP_BEGIN, "", "| `cuda_call` | symbols probed | API | a successful call counts |",
+             "|---|---|---|---|"]
+    lines += [f"| {' | '.join(r)} |" for r in rows(abi.HIP_PROBES)]
+    entry_only = sum(p.program in abi.ENTRY_ONLY_PROGRAMS for p in abi.HIP_PROBES)
+    lines += ["", f"{len(abi.HIP_PROBES)} symbols, each with an entry and a return probe "
+              f"but {entry_only} (`__hipRegisterFunction` returns nothing: an entry probe "
+              "alone); a call that returns an error counts once in `gpu_cuda_errors_total` "
+              "instead, under its `hipError_t` name. Symbols marked ROCm x.y+ are not in "
+              "ROCm 5.2.", "", HIP_END]
+    return "\n".join(lines)
+
+
+def _between(text: str, begin: str, end: str, body: str) -> str:
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    return head + body + tail
+
+
 def update(text: str) -> str:
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    return head + render() + tail
+    text = _between(text, BEGIN, END, render())
+    if HIP_BEGIN in text:
+        text = _between(text, HIP_BEGIN, HIP_END, render_hip())
+    return text
 
 
 def main(argv: list[str]) -> None:

@@ -150,7 +150,10 @@ BPF_ARRAY(graph_state, u64, 3);
 #define COOKIE_ARG(c) (((c) >> 16) & 0xff)
 #define COOKIE_DRIVER(c) (((c) >> 24) & 1)
 #define COOKIE_DRIVER_BIT (1u << 24)
-#define COOKIE_POS(c) (((c) >> 25) & 0x7f)
+#define COOKIE_POS(c) (((c) >> 25) & 0x3f)
+// A HIP entry point (libamdhip64): its api is the CUDA one's + API_HIP (issue #23).
+#define COOKIE_HIP(c) (((c) >> 31) & 1)
+#define COOKIE_HIP_BIT (1u << 31)
 
 static __always_inline void drop(u32 reason) {
     u64 *v = drops.lookup(&reason);
@@ -419,7 +422,7 @@ static __always_inline void launched(u32 tgid, u16 api, u64 id, u64 grid, u64 bl
         return;
     }
     count_launch(tgid, s, api, id, dev);
-    if (api != API_GRAPH)
+    if (api != API_GRAPH && api != API_HIP_GRAPH)
         shape_add(s, grid, block);
     if (s->pending == 0)
         pend(tgid, s, api, id, stream, dev);
@@ -433,7 +436,8 @@ static __always_inline void synced(struct tstate *t, u32 tgid, u32 call, u64 str
     struct pend *p = pending.lookup(&tgid);
     if (!p)
         return;
-    if ((call == SYNC_CUDA_STREAM || call == SYNC_CU_STREAM) && stream != 0 &&
+    if ((call == SYNC_CUDA_STREAM || call == SYNC_CU_STREAM || call == SYNC_HIP_STREAM) &&
+        stream != 0 &&
         p->stream != 0 && p->stream != stream)
         return;
     u64 d = now > p->ts ? now - p->ts : 0;
@@ -607,6 +611,8 @@ static __always_inline void finish(struct pt_regs *ctx, u32 tgid, struct frame *
     u32 dev = t->dev;
     int rc = (int)PT_REGS_RC(ctx);
     u16 api = COOKIE_DRIVER(f->cookie) ? API_DRIVER : API_RUNTIME;
+    if (COOKIE_HIP(f->cookie))  // hip, hip_module
+        api += API_HIP;
     if (f->op == OP_CAPTURE_END && f->counted)
         capture_ended(tgid, f, rc);
     if (rc != 0) {
@@ -632,8 +638,8 @@ static __always_inline void finish(struct pt_regs *ctx, u32 tgid, struct frame *
         k.tgid = tgid;
         k.handle = f->a;
         u64 *serial = execs.lookup(&k);
-        launched(tgid, API_GRAPH, serial ? *serial | GRAPH_SERIAL_BIT : f->a, 0, 0, f->d, dev,
-                 t);
+        launched(tgid, COOKIE_HIP(f->cookie) ? API_HIP_GRAPH : API_GRAPH,
+                 serial ? *serial | GRAPH_SERIAL_BIT : f->a, 0, 0, f->d, dev, t);
         break;
     }
     case OP_COPY:
@@ -1109,6 +1115,51 @@ KEEP_ARGS(graph_instantiate, OP_GRAPH_INSTANTIATE)
 KEEP_ARGS(graph_exec_update, OP_GRAPH_UPDATE)
 KEEP_ARGS(graph_destroy, OP_GRAPH_DESTROY)
 KEEP_ARGS(graph_exec_destroy, OP_GRAPH_EXEC_DESTROY)
+
+// --- HIP (AMD's libamdhip64): issue #23 -------------------------------------------
+// hipLaunchKernel(const void *function_address, dim3 numBlocks, dim3 dimBlocks, void **args,
+// size_t sharedMemBytes, hipStream_t stream), hipExtLaunchKernel (the same, then events
+// and flags), hipLaunchCooperativeKernel and the _spt variants: cudaLaunchKernel's layout.
+// The function address is the kernel's handle (a variable hipcc names after the kernel).
+ENTRY_FILLED(hip_launch, OP_LAUNCH, 0, COOKIE_HIP_BIT, rt_launch_fill)
+// hipModuleLaunchKernel(hipFunction_t f, unsigned gridDimX, ..., blockDimZ, unsigned
+// sharedMemBytes, hipStream_t stream, void **kernelParams, void **extra) and
+// hipModuleLaunchCooperativeKernel: cuLaunchKernel's layout.
+ENTRY_FILLED(hip_module_launch, OP_LAUNCH, 0, COOKIE_HIP_BIT | COOKIE_DRIVER_BIT,
+             drv_launch_fill)
+
+// hipExtModuleLaunchKernel / hipHccModuleLaunchKernel(hipFunction_t f, uint32_t
+// globalWorkSizeX, Y, Z, uint32_t localWorkSizeX, Y, Z, size_t sharedMemBytes,
+// hipStream_t stream, ...): cuLaunchKernel's places, but the grid is given in threads
+// (OpenCL's global work size): blocks = global / local, rounded up, per dimension.
+static __always_inline u64 blocks_of(u64 global, u64 local) {
+    global &= 0xffffffff;
+    local &= 0xffffffff;
+    return local ? (global + local - 1) / local : 0;
+}
+
+ENTRY(hip_ext_module_launch, OP_LAUNCH, COOKIE_HIP_BIT | COOKIE_DRIVER_BIT) {
+    u64 stack[3] = {};
+    bpf_probe_read_user(&stack, sizeof(stack),
+                        (void *)PT_REGS_SP(ctx) + 8 * CU_LAUNCH_BZ_STACK_SLOT);
+    f->a = PT_REGS_PARM1(ctx);
+    f->b = blocks_of(PT_REGS_PARM2(ctx), PT_REGS_PARM5(ctx)) *
+           blocks_of(PT_REGS_PARM3(ctx), PT_REGS_PARM6(ctx)) *
+           blocks_of(PT_REGS_PARM4(ctx), stack[0]);
+    f->c = (PT_REGS_PARM5(ctx) & 0xffffffff) * (PT_REGS_PARM6(ctx) & 0xffffffff) *
+           (stack[0] & 0xffffffff);
+    f->d = stack[CU_LAUNCH_STREAM_STACK_SLOT - CU_LAUNCH_BZ_STACK_SLOT];
+}
+
+// __hipRegisterFunction(void **modules, const void *hostFunction, char *deviceFunction,
+// const char *deviceName, ...): hipcc's module constructor registers each kernel handle
+// with its device (mangled) name. It returns void: an entry probe alone (no frame), read
+// now, while the name is where the caller put it.
+int hip_register(struct pt_regs *ctx) {
+    send_event(bpf_get_current_pid_tgid() >> 32, EV_HANDLE_NAME, 0, 0, PT_REGS_PARM2(ctx), 0,
+               PT_REGS_PARM4(ctx));
+    return 0;
+}
 
 // --- threads that exit: their place in `fast_threads` is free again ----------------
 // (raw tracepoint sched_process_exit, in the exiting thread: its state zeroed, then the

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from gpu_exporter.sources.ebpf.abi import MemoryType
+from gpu_exporter.sources.ebpf.abi import CudaApi, MemoryType
 
 # Fixed bucket bounds. The BPF side keeps log2 slots (slot s holds values in
 # (2^(s-1), 2^s]); every bound below is a power of two, so the cumulative counts are exact.
@@ -53,7 +53,7 @@ class NvmlView:
 class Launches:
     kernel_name: str
     executable: str
-    api: str  # runtime | driver | graph
+    api: CudaApi  # runtime | driver | graph | hip | hip_module | hip_graph
     pid: int | None  # only with --ebpf.pid-label
     count: int
     device: str | None = None  # the device's key, when certain
@@ -64,7 +64,7 @@ class CallKey(NamedTuple):
 
     executable: str = ""
     kernel_name: str = ""
-    api: str = ""  # runtime | driver | graph: launches, allocations
+    api: CudaApi = "runtime"  # launches, allocations (CUDA's or HIP's: abi.API_NAMES)
     memcpy_kind: str = ""  # copies
     memory_type: MemoryType = "device"  # allocations
     sync_call: str = ""  # synchronisations

@@ -148,8 +148,10 @@ class Resolver:
             return label
 
     def _resolve(self, tgid: int, api: int, ident: int) -> str:
-        if api == abi.API_GRAPH:
+        if api in abi.GRAPH_APIS:
             return UNKNOWN
+        if api == abi.API_HIP:
+            return self._hip_kernel(tgid, ident)
         if api == abi.API_RUNTIME:
             host = self._kernel_host.get((tgid, ident), ident)
             symbol = self.symbol_at(tgid, host)
@@ -166,11 +168,25 @@ class Resolver:
             handle = nxt
         return UNKNOWN
 
-    def symbol_at(self, tgid: int, address: int) -> str | None:
+    def _hip_kernel(self, tgid: int, handle: int) -> str:
+        """A HIP launch's kernel: the device name its handle was registered with
+        (__hipRegisterFunction), else the ELF symbol of the handle (a variable named
+        after the kernel) or of a host function given in its place. A registered name
+        that filled the event's buffer was cut short: the symbol is asked first."""
+        registered = self._handle_names.get((tgid, handle))
+        if registered is not None and len(registered.encode()) < abi.NAME_LEN - 1:
+            return kernel_name(registered)
+        symbol = self.symbol_at(tgid, handle) or self.symbol_at(tgid, handle, objects=True)
+        if symbol is not None:
+            return kernel_name(symbol)
+        return UNKNOWN
+
+    def symbol_at(self, tgid: int, address: int, objects: bool = False) -> str | None:
+        """The function (`objects`: the variable) of the process's maps at `address`."""
         mapping = self._mapping(tgid, address)
         if mapping is None:
             return None
-        elf = self._elf_of(tgid, mapping)
+        elf = self._elf_of(tgid, mapping, objects)
         if elf is None:
             return None
         vaddr = elf.vaddr_of_offset(address - mapping.start + mapping.offset)
@@ -188,14 +204,14 @@ class Resolver:
                     return m
         return None
 
-    def _elf_of(self, tgid: int, m: Mapping) -> ElfSymbols | None:
+    def _elf_of(self, tgid: int, m: Mapping, objects: bool = False) -> ElfSymbols | None:
         if m.file not in self._files:
             self._files[m.file] = self._open(tgid, m)
         elf = self._files[m.file]
         if elf is None:
             return None
         try:
-            return elf.symbols()
+            return elf.objects() if objects else elf.symbols()
         except ElfError:
             self._files[m.file] = None
             return None

@@ -16,12 +16,16 @@ static struct {
 } fake_fail_table[FAKE_FAIL_MAX];
 static int fake_fail_n;
 
+#ifndef FAKE_FAIL_ENV
+#define FAKE_FAIL_ENV "FAKE_CUDA_FAIL" /* the fake HIP runtime's: FAKE_HIP_FAIL */
+#endif
+
 __attribute__((constructor)) static void fake_fail_init(void) {
-  const char *spec = getenv("FAKE_CUDA_FAIL");
+  const char *spec = getenv(FAKE_FAIL_ENV);
   while (spec && *spec && fake_fail_n < FAKE_FAIL_MAX) {
     const char *end = strchr(spec, ',');
     size_t len = end ? (size_t)(end - spec) : strlen(spec);
-    const char *eq = memchr(spec, '=', len);
+    const char *eq = (const char *)memchr(spec, '=', len);
     if (eq && (size_t)(eq - spec) < sizeof fake_fail_table[0].name) {
       memcpy(fake_fail_table[fake_fail_n].name, spec, (size_t)(eq - spec));
       fake_fail_table[fake_fail_n].name[eq - spec] = 0;

@@ -1,0 +1,236 @@
+/* A fake libamdhip64.so.5 (AMD's HIP runtime): the entry points that hipcc's output and
+ * the workloads call, declared by the real HIP headers (Debian's ROCm 5.2.3, so the
+ * compiler checks every signature against them), exported under the version nodes of
+ * the real library (the build writes the version script from
+ * tests/fixtures/hip/). Calls newer than 5.2 (hipLaunchKernelExC, hipDrvLaunchKernelEx,
+ * hipModuleLaunchCooperativeKernel) are declared here as ROCm 6.5 / 5.5 declare them.
+ * No entry point calls another exported one: one probe never stands in for another.
+ * Calls fail on demand: FAKE_HIP_FAIL="hipMalloc=2x1,hipLaunchKernel=100" (fake_fail.h). */
+#define FAKE_FAIL_ENV "FAKE_HIP_FAIL"
+#include <hip/hip_runtime_api.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include "fake_fail.h"
+#undef FAIL_IF
+#define FAIL_IF(name)                                      \
+  do {                                                     \
+    int fake_rc_ = fake_fail(name);                        \
+    if (fake_rc_) return static_cast<hipError_t>(fake_rc_); \
+  } while (0)
+
+#define EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace {
+struct CallConfig {
+  dim3 grid, block;
+  size_t shared;
+  hipStream_t stream;
+};
+thread_local CallConfig configs[8];
+thread_local int config_depth;
+int current_device;
+void *fresh(size_t n) { return calloc(1, n ? n : 1); }
+hipError_t launched(const void *f, dim3 grid, dim3 block) {
+  /* Nothing runs: a kernel of the fake is a handle and a shape. */
+  return (f && grid.x && grid.y && grid.z && block.x) ? hipSuccess : hipErrorInvalidValue;
+}
+}  // namespace
+
+/* --- what hipcc's output calls: registration and <<<>>> -------------------------- */
+EXPORT void **__hipRegisterFatBinary(const void *data) {
+  static void *module = nullptr;
+  (void)data;
+  return &module;
+}
+EXPORT void __hipRegisterFunction(void **modules, const void *hostFunction, char *deviceFunction,
+                                  const char *deviceName, unsigned int threadLimit, uint3 *tid,
+                                  uint3 *bid, dim3 *blockDim, dim3 *gridDim, int *wSize) {
+  (void)modules; (void)hostFunction; (void)deviceFunction; (void)deviceName;
+  (void)threadLimit; (void)tid; (void)bid; (void)blockDim; (void)gridDim; (void)wSize;
+}
+EXPORT void __hipUnregisterFatBinary(void **modules) { (void)modules; }
+EXPORT hipError_t __hipPushCallConfiguration(dim3 gridDim, dim3 blockDim, size_t sharedMem,
+                                             hipStream_t stream) {
+  if (config_depth >= 8) return hipErrorInvalidConfiguration;
+  configs[config_depth++] = CallConfig{gridDim, blockDim, sharedMem, stream};
+  return hipSuccess;
+}
+EXPORT hipError_t __hipPopCallConfiguration(dim3 *gridDim, dim3 *blockDim, size_t *sharedMem,
+                                            hipStream_t *stream) {
+  if (config_depth <= 0) return hipErrorMissingConfiguration;
+  CallConfig c = configs[--config_depth];
+  *gridDim = c.grid; *blockDim = c.block; *sharedMem = c.shared; *stream = c.stream;
+  return hipSuccess;
+}
+
+/* --- launches -------------------------------------------------------------------- */
+EXPORT hipError_t hipLaunchKernel(const void *f, dim3 g, dim3 b, void **args, size_t shared,
+                                  hipStream_t s) {
+  FAIL_IF("hipLaunchKernel"); (void)args; (void)shared; (void)s; return launched(f, g, b); }
+EXPORT hipError_t hipLaunchKernel_spt(const void *f, dim3 g, dim3 b, void **args,
+                                      size_t shared, hipStream_t s) {
+  FAIL_IF("hipLaunchKernel_spt"); (void)args; (void)shared; (void)s; return launched(f, g, b); }
+EXPORT hipError_t hipExtLaunchKernel(const void *f, dim3 g, dim3 b, void **args, size_t shared,
+                                     hipStream_t s, hipEvent_t start, hipEvent_t stop,
+                                     int flags) {
+  FAIL_IF("hipExtLaunchKernel");
+  (void)args; (void)shared; (void)s; (void)start; (void)stop; (void)flags;
+  return launched(f, g, b);
+}
+EXPORT hipError_t hipLaunchCooperativeKernel(const void *f, dim3 g, dim3 b, void **args,
+                                             unsigned int shared, hipStream_t s) {
+  FAIL_IF("hipLaunchCooperativeKernel"); (void)args; (void)shared; (void)s;
+  return launched(f, g, b);
+}
+/* ROCm 6.5's hipLaunchKernelExC(const hipLaunchConfig_t *config, const void *fPtr,
+ * void **args) and hipDrvLaunchKernelEx(const HIP_LAUNCH_CONFIG *config, hipFunction_t f,
+ * void **params, void **extra), with their structs as hip_runtime_api.h 6.5 lays them out. */
+struct FakeLaunchConfig {  // hipLaunchConfig_t
+  dim3 gridDim, blockDim;
+  size_t dynamicSmemBytes;
+  hipStream_t stream;
+  void *attrs;
+  unsigned int numAttrs;
+};
+struct FakeDrvLaunchConfig {  // HIP_LAUNCH_CONFIG
+  unsigned int gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes;
+  hipStream_t hStream;
+  void *attrs;
+  unsigned int numAttrs;
+};
+EXPORT hipError_t hipLaunchKernelExC(const FakeLaunchConfig *c, const void *f, void **args) {
+  FAIL_IF("hipLaunchKernelExC"); (void)args; return launched(f, c->gridDim, c->blockDim); }
+EXPORT hipError_t hipDrvLaunchKernelEx(const FakeDrvLaunchConfig *c, hipFunction_t f,
+                                       void **params, void **extra) {
+  FAIL_IF("hipDrvLaunchKernelEx"); (void)params; (void)extra;
+  return launched(f, dim3(c->gridDimX, c->gridDimY, c->gridDimZ),
+                  dim3(c->blockDimX, c->blockDimY, c->blockDimZ));
+}
+EXPORT hipError_t hipModuleLoad(hipModule_t *module, const char *fname) {
+  FAIL_IF("hipModuleLoad"); (void)fname;
+  *module = (hipModule_t)fresh(64);
+  return hipSuccess;
+}
+EXPORT hipError_t hipModuleGetFunction(hipFunction_t *function, hipModule_t module,
+                                       const char *kname) {
+  FAIL_IF("hipModuleGetFunction"); (void)module; (void)kname;
+  *function = (hipFunction_t)fresh(64);  // an opaque handle, not the name's address
+  return hipSuccess;
+}
+EXPORT hipError_t hipModuleLaunchKernel(hipFunction_t f, unsigned int gx, unsigned int gy,
+                                        unsigned int gz, unsigned int bx, unsigned int by,
+                                        unsigned int bz, unsigned int shared, hipStream_t s,
+                                        void **params, void **extra) {
+  FAIL_IF("hipModuleLaunchKernel"); (void)shared; (void)s; (void)params; (void)extra;
+  return launched(f, dim3(gx, gy, gz), dim3(bx, by, bz));
+}
+EXPORT hipError_t hipModuleLaunchCooperativeKernel(hipFunction_t f, unsigned int gx,
+                                                   unsigned int gy, unsigned int gz,
+                                                   unsigned int bx, unsigned int by,
+                                                   unsigned int bz, unsigned int shared,
+                                                   hipStream_t s, void **params) {
+  FAIL_IF("hipModuleLaunchCooperativeKernel"); (void)shared; (void)s; (void)params;
+  return launched(f, dim3(gx, gy, gz), dim3(bx, by, bz));
+}
+/* C++ names only, as hip_ext.h declares them (its templates need hipcc): the grid in
+ * threads (global work size). The mangled names are the real library's only if these
+ * signatures are hip_ext.h's. */
+__attribute__((visibility("default"))) hipError_t hipExtModuleLaunchKernel(
+    hipFunction_t f, uint32_t gwx, uint32_t gwy, uint32_t gwz, uint32_t lwx, uint32_t lwy,
+    uint32_t lwz, size_t shared, hipStream_t s, void **params, void **extra,
+    hipEvent_t start, hipEvent_t stop, uint32_t flags) {
+  FAIL_IF("hipExtModuleLaunchKernel");
+  (void)shared; (void)s; (void)params; (void)extra; (void)start; (void)stop; (void)flags;
+  return launched(f, dim3(gwx, gwy, gwz), dim3(lwx, lwy, lwz));
+}
+__attribute__((visibility("default"))) hipError_t hipHccModuleLaunchKernel(
+    hipFunction_t f, uint32_t gwx, uint32_t gwy, uint32_t gwz, uint32_t lwx, uint32_t lwy,
+    uint32_t lwz, size_t shared, hipStream_t s, void **params, void **extra,
+    hipEvent_t start, hipEvent_t stop) {
+  FAIL_IF("hipHccModuleLaunchKernel");
+  (void)shared; (void)s; (void)params; (void)extra; (void)start; (void)stop;
+  return launched(f, dim3(gwx, gwy, gwz), dim3(lwx, lwy, lwz));
+}
+
+/* --- streams, events, graphs (stream capture) ------------------------------------ */
+EXPORT hipError_t hipStreamCreate(hipStream_t *s) {
+  FAIL_IF("hipStreamCreate"); *s = (hipStream_t)fresh(64); return hipSuccess; }
+EXPORT hipError_t hipStreamDestroy(hipStream_t s) { free(s); return hipSuccess; }
+EXPORT hipError_t hipEventCreate(hipEvent_t *e) {
+  FAIL_IF("hipEventCreate"); *e = (hipEvent_t)fresh(64); return hipSuccess; }
+EXPORT hipError_t hipEventDestroy(hipEvent_t e) { free(e); return hipSuccess; }
+EXPORT hipError_t hipEventRecord(hipEvent_t e, hipStream_t s) {
+  FAIL_IF("hipEventRecord"); (void)e; (void)s; return hipSuccess; }
+EXPORT hipError_t hipStreamBeginCapture(hipStream_t s, hipStreamCaptureMode mode) {
+  FAIL_IF("hipStreamBeginCapture"); (void)s; (void)mode; return hipSuccess; }
+EXPORT hipError_t hipStreamEndCapture(hipStream_t s, hipGraph_t *g) {
+  FAIL_IF("hipStreamEndCapture"); (void)s; *g = (hipGraph_t)fresh(64); return hipSuccess; }
+EXPORT hipError_t hipGraphInstantiate(hipGraphExec_t *e, hipGraph_t g, hipGraphNode_t *err,
+                                      char *log, size_t logSize) {
+  FAIL_IF("hipGraphInstantiate"); (void)g; (void)err; (void)log; (void)logSize;
+  *e = (hipGraphExec_t)fresh(64);
+  return hipSuccess;
+}
+EXPORT hipError_t hipGraphLaunch(hipGraphExec_t e, hipStream_t s) {
+  FAIL_IF("hipGraphLaunch"); (void)e; (void)s; return hipSuccess; }
+EXPORT hipError_t hipGraphExecDestroy(hipGraphExec_t e) { free(e); return hipSuccess; }
+EXPORT hipError_t hipGraphDestroy(hipGraph_t g) { free(g); return hipSuccess; }
+
+/* --- copies: host memory on both sides here ---------------------------------------- */
+#define COPY(name, dst, src, n) FAIL_IF(name); memmove((void *)(dst), (const void *)(src), n); \
+  return hipSuccess;
+EXPORT hipError_t hipMemcpy(void *d, const void *s, size_t n, hipMemcpyKind k) {
+  (void)k; COPY("hipMemcpy", d, s, n) }
+EXPORT hipError_t hipMemcpy_spt(void *d, const void *s, size_t n, hipMemcpyKind k) {
+  (void)k; COPY("hipMemcpy_spt", d, s, n) }
+EXPORT hipError_t hipMemcpyAsync(void *d, const void *s, size_t n, hipMemcpyKind k,
+                                 hipStream_t st) {
+  (void)k; (void)st; COPY("hipMemcpyAsync", d, s, n) }
+EXPORT hipError_t hipMemcpyWithStream(void *d, const void *s, size_t n, hipMemcpyKind k,
+                                      hipStream_t st) {
+  (void)k; (void)st; COPY("hipMemcpyWithStream", d, s, n) }
+EXPORT hipError_t hipMemcpyHtoD(hipDeviceptr_t d, void *s, size_t n) {
+  COPY("hipMemcpyHtoD", d, s, n) }
+EXPORT hipError_t hipMemcpyDtoH(void *d, hipDeviceptr_t s, size_t n) {
+  COPY("hipMemcpyDtoH", d, s, n) }
+EXPORT hipError_t hipMemcpyDtoD(hipDeviceptr_t d, hipDeviceptr_t s, size_t n) {
+  COPY("hipMemcpyDtoD", d, s, n) }
+EXPORT hipError_t hipMemcpyDtoHAsync(void *d, hipDeviceptr_t s, size_t n, hipStream_t st) {
+  (void)st; COPY("hipMemcpyDtoHAsync", d, s, n) }
+EXPORT hipError_t hipMemcpyPeer(void *d, int dd, const void *s, int sd, size_t n) {
+  (void)dd; (void)sd; COPY("hipMemcpyPeer", d, s, n) }
+EXPORT hipError_t hipMemcpy2D(void *d, size_t dp, const void *s, size_t sp, size_t w, size_t h,
+                              hipMemcpyKind k) {
+  FAIL_IF("hipMemcpy2D"); (void)k;
+  for (size_t r = 0; r < h; r++) memmove((char *)d + r * dp, (const char *)s + r * sp, w);
+  return hipSuccess;
+}
+EXPORT hipError_t hipMemcpy3D(const hipMemcpy3DParms *p) {
+  FAIL_IF("hipMemcpy3D"); (void)p; return hipSuccess; }
+
+/* --- allocations ------------------------------------------------------------------ */
+#define ALLOC(name, p, n) FAIL_IF(name); *(p) = fresh(n); return hipSuccess;
+EXPORT hipError_t hipMalloc(void **p, size_t n) { ALLOC("hipMalloc", p, n) }
+EXPORT hipError_t hipMallocManaged(void **p, size_t n, unsigned int flags) {
+  (void)flags; ALLOC("hipMallocManaged", p, n) }
+EXPORT hipError_t hipHostMalloc(void **p, size_t n, unsigned int flags) {
+  (void)flags; ALLOC("hipHostMalloc", p, n) }
+EXPORT hipError_t hipExtMallocWithFlags(void **p, size_t n, unsigned int flags) {
+  (void)flags; ALLOC("hipExtMallocWithFlags", p, n) }
+EXPORT hipError_t hipMallocAsync(void **p, size_t n, hipStream_t s) {
+  (void)s; ALLOC("hipMallocAsync", p, n) }
+EXPORT hipError_t hipFree(void *p) { free(p); return hipSuccess; }
+EXPORT hipError_t hipHostFree(void *p) { free(p); return hipSuccess; }
+
+/* --- synchronising calls, devices --------------------------------------------------- */
+EXPORT hipError_t hipDeviceSynchronize(void) { FAIL_IF("hipDeviceSynchronize"); return hipSuccess; }
+EXPORT hipError_t hipStreamSynchronize(hipStream_t s) {
+  FAIL_IF("hipStreamSynchronize"); (void)s; return hipSuccess; }
+EXPORT hipError_t hipEventSynchronize(hipEvent_t e) {
+  FAIL_IF("hipEventSynchronize"); (void)e; return hipSuccess; }
+EXPORT hipError_t hipGetDeviceCount(int *n) { FAIL_IF("hipGetDeviceCount"); *n = 2; return hipSuccess; }
+EXPORT hipError_t hipSetDevice(int d) { FAIL_IF("hipSetDevice"); current_device = d; return hipSuccess; }
+EXPORT hipError_t hipGetDevice(int *d) { *d = current_device; return hipSuccess; }
+EXPORT hipError_t hipGetLastError(void) { return hipSuccess; }
+EXPORT const char *hipGetErrorName(hipError_t e) { return e == hipSuccess ? "hipSuccess" : "hipErrorFake"; }
