@@ -14,9 +14,11 @@ from typing import Any, ClassVar, Protocol, TypeVar
 from gpu_exporter import catalogue as c
 from gpu_exporter import flagtypes
 from gpu_exporter.collectors.base import Availability, Collector, CollectorFault, Feature, Sink
+from gpu_exporter.collectors.sysfs_gpus import drm_clients
 from gpu_exporter.family import Buckets
 from gpu_exporter.settings import Option, Settings
 from gpu_exporter.sources import files
+from gpu_exporter.sources.ebpf import hip_devices
 from gpu_exporter.sources.ebpf.attach import MECHANISMS
 from gpu_exporter.sources.ebpf.reading import CallHistogram, CudaActivity, NvmlView
 from gpu_exporter.sources.nvml import processes as nvml_processes
@@ -114,6 +116,7 @@ class EbpfCollector(Collector):
     _nvml: nvml_stack.NvmlStack | None = None
     _lanes: Lanes[int, nvml_processes.DeviceProcesses]
     _nvml_problem: NvmlUnavailable | StackBusy | None = None
+    _amd_cards: frozenset[str] = frozenset()  # amdgpu cards at the last scrape
 
     def __init__(self, settings: Settings, source: ActivitySource | None = None) -> None:
         """`source`: read CUDA activity from it instead of attaching probes (start()
@@ -195,8 +198,13 @@ class EbpfCollector(Collector):
                         "mount tracefs and run with the syscalls tracepoints "
                         "(CONFIG_FTRACE_SYSCALLS)"))
         problem = self._nvml_problem
-        devices = (Availability.enabled("NVML's process lists tell each call's GPU")
-                   if problem is None else Availability.unavailable(
+        amd = (f"DRM fdinfo tells each HIP call's AMD GPU ({len(self._amd_cards)} amdgpu "
+               "cards): a process with one GPU open, or its ordinals")
+        nvml = "NVML's process lists tell each call's GPU"
+        devices = (Availability.enabled(f"{nvml}; {amd}" if self._amd_cards else nvml)
+                   if problem is None else
+                   Availability.enabled(f"{amd}; NVIDIA GPUs: {problem}") if self._amd_cards
+                   else Availability.unavailable(
                        f"{problem}: the CUDA families carry no device labels",
                        problem.fix if isinstance(problem, NvmlUnavailable) else
                        "see the nvidia collector's state: NVML is slow to start"))
@@ -206,7 +214,8 @@ class EbpfCollector(Collector):
     def collect(self, sink: Sink) -> None:
         if self._engine is None:
             return
-        a: CudaActivity = self._engine.read(self._nvml_view(sink))
+        a: CudaActivity = self._engine.read(
+            hip_devices.combined(self._nvml_view(sink), self._amd_view(sink)))
         launches = c.GPU_KERNEL_LAUNCH_CALLS
         for launch in a.launches:  # thousands of series: no helper call per launch
             labels: c.LaunchLabels = {
@@ -273,6 +282,19 @@ class EbpfCollector(Collector):
         by_pci = {d.identity.pci_address: d.identity.key for d in session.devices.values()
                   if d.identity.pci_address}
         return NvmlView({pid: frozenset(d) for pid, d in devices_of.items()}, complete, by_pci)
+
+    def _amd_view(self, sink: Sink) -> NvmlView | None:
+        """The AMD GPUs each process has open, from DRM fdinfo (HIP calls' device, see
+        sources/ebpf/hip_devices.py); None on a host without an amdgpu card, incomplete
+        when the walk passed the scrape deadline (no device is judged this scrape)."""
+        self._amd_cards = hip_devices.amd_cards(self.settings.sysfs)
+        if not self._amd_cards:
+            return None
+        try:
+            return hip_devices.amd_view(drm_clients(sink, self.settings.procfs))
+        except TimeoutError as exc:
+            sink.fail("fdinfo", str(exc))
+            return NvmlView({}, False, {})
 
     def close(self) -> None:
         if self._engine is not None:
