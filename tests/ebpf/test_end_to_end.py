@@ -307,7 +307,8 @@ def test_drop_counters_exported_and_zero(scenario: Scenario) -> None:
                        "event_buffer_full": 0, "bad_argument": 0,
                        "process_event_buffer_full": 0, "copy_size_unknown": 0,
                        "graph_map_full": 0, "graph_event_buffer_full": 0,
-                       "graph_nodes_full": 0}
+                       "graph_nodes_full": 0, "call_unfinished": 0,
+                       "kernel_name_too_long": 0}
 
 
 def test_feature_enabled(scenario: Scenario) -> None:

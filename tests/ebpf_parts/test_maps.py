@@ -74,6 +74,7 @@ def test_an_exited_process_is_held_back_until_its_graph_event_is_read(tmp_path: 
     p.name(TGID, RELU, "_Z6k_relui")
     p.count(TGID, abi.FAM_LAUNCH, abi.API_GRAPH, GRAPH, 4)
     p.shape(TGID, slot=5, grid_slot=0, n=0, launches=[(abi.API_GRAPH, GRAPH, 2)])
+    assert p.resolver.executable(TGID) == "trainer"  # its first record read while it lived
     p.exit(TGID)
     for _ in range(3):
         assert _launches(p.reader.read()) == {}
@@ -84,6 +85,23 @@ def test_an_exited_process_is_held_back_until_its_graph_event_is_read(tmp_path: 
                                           ("k_relu", "graph", TGID): 4 + 2}
     assert len(p.maps["stats"]) == 0
     assert p.maps["free_slots"].values == [5]
+
+
+def test_a_process_that_exited_before_its_name_was_read_waits_for_its_records(
+        tmp_path: Path) -> None:
+    """A short program read right after it ended (its /proc entry gone, its records, which
+    carry its command, not read yet) is left out until the event loop has read what was
+    written before, not reported for ever under process_executable_name="unknown"."""
+    p = parts(tmp_path)
+    p.process(TGID, "trainer")
+    p.count(TGID, abi.FAM_LAUNCH, abi.API_HIP, GEMM, 3)
+    p.exit(TGID)
+    assert p.reader.read().launches == []  # held: no name yet
+    assert len(p.maps["stats"]) == 1
+    p.resolver.executable(TGID, "trainer")  # its new key's record, with its command
+    launches = p.reader.read().launches
+    assert [(x.executable, x.api, x.count) for x in launches] == [("trainer", "hip", 3)]
+    assert len(p.maps["stats"]) == 0  # folded
 
 
 def test_a_held_process_is_given_up_once_the_loop_has_read_past_its_exit(

@@ -174,7 +174,8 @@ DROP_PROC_EVENTS_FULL: Final = 5
 DROP_COPY_SIZE_UNKNOWN: Final = 6
 DROP_GRAPHS_FULL: Final = 7  # a capture, capture event or executable graph not kept
 DROP_GRAPH_EVENTS_FULL: Final = 8
-DROP_REASONS: Final = 9
+DROP_CALL_UNFINISHED: Final = 9  # a thread exited inside a probed call (killed mid-call)
+DROP_REASONS: Final = 10
 DROP_NAMES: Final = {
     DROP_STATS_FULL: "stats_map_full",
     DROP_THREADS_FULL: "threads_map_full",
@@ -187,9 +188,14 @@ DROP_NAMES: Final = {
     DROP_COPY_SIZE_UNKNOWN: "copy_size_unknown",
     DROP_GRAPHS_FULL: "graph_map_full",
     DROP_GRAPH_EVENTS_FULL: "graph_event_buffer_full",
+    # A probed call whose thread exited before it returned (a process killed or exiting
+    # mid-launch): neither work nor an error, it is counted here.
+    DROP_CALL_UNFINISHED: "call_unfinished",
 }
 # Counted in user space: kernel nodes or graphs beyond GRAPH_NODES_MAX / GRAPHS_MAX.
 DROP_GRAPH_NODES: Final = "graph_nodes_full"
+# Counted in user space: kernel names longer than names.NAME_LABEL_MAX (reported as other).
+DROP_NAME_TOO_LONG: Final = "kernel_name_too_long"
 
 # --- the CUDA ABI on x86-64 (System V) ---------------------------------------------------
 # cudaLaunchKernel(func, dim3 grid, dim3 block, void **args, size_t shared, stream):
@@ -603,8 +609,9 @@ HIP_PROBES: Final[tuple[Probe, ...]] = (
     *_hip("hipGraphDestroy", "graph_destroy"),
     *_hip("hipGraphExecDestroy", "graph_exec_destroy"),
 )
-# Programs whose call returns nothing to judge (void): an entry probe alone.
-ENTRY_ONLY_PROGRAMS: Final = frozenset({"hip_register"})
+# __hipRegisterFunction returns void: its return is not judged, the name is sent then
+# (numbered apart from the CUDA ops, which may grow).
+OP_HIP_REGISTER: Final = 40
 # --- end of HIP --------------------------------------------------------------------------
 
 ALL_PROBES: Final = RUNTIME_PROBES + DRIVER_PROBES + HIP_PROBES
@@ -679,8 +686,8 @@ COUNTS.update({
     "hip_ext_module_launch": "a launch: `gpu_kernel_launch_calls_total"
                              "{cuda_api=\"hip_module\"}`, named from the `hipFunction_t`; "
                              "blocks per grid = global work size / local work size",
-    "hip_register": "no count: names a kernel handle (an entry probe only: the call "
-                    "returns nothing)",
+    "hip_register": "no count: names a kernel handle (read when the call returns: the "
+                    "runtime has read the name by then, so its page is in memory)",
 })
 # What a CUDA entry program counts, said of the HIP calls it is attached to.
 HIP_COUNTS: Final[dict[str, str]] = {

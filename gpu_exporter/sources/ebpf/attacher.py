@@ -84,9 +84,7 @@ class Attacher:
                     continue
                 cookie = abi.cookie(abi.INDEX[probe_symbol])
                 points.append(attach.Point(offset, probe.program, False, cookie))
-                if probe.program not in abi.ENTRY_ONLY_PROGRAMS:
-                    points.append(attach.Point(offset, abi.return_program(probe), True,
-                                               cookie))
+                points.append(attach.Point(offset, abi.return_program(probe), True, cookie))
         except ElfError as exc:
             self._attach_failed(cand, "cannot read symbols of", exc)
             return

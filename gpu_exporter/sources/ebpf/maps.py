@@ -41,7 +41,10 @@ from gpu_exporter.sources.ebpf.resolve import Resolver
 # A process that exited with a graph launch whose executable graph's event has not been
 # read is held back (not folded) until the event loop has read every event written
 # before: then the event was read, or lost and counted. This bounds the wait should the
-# loop be stuck (its launches then count as unknown).
+# loop be stuck (its launches then count as unknown). So is one that exited before any
+# read or event told its executable's name (a short program, read right after it ended:
+# its /proc entry is gone, its first event carries its command): its counts are left out
+# until then, not reported under process_executable_name="unknown" for ever.
 _HOLD_SECONDS = 30.0
 
 Totals = dict[tuple[int, CallKey, int], int]
@@ -74,14 +77,19 @@ class HoldBack:
         written before (or for _HOLD_SECONDS at most; then their graph launches count as
         unknown)."""
         pending: set[int] = set()
+        known = self.counters.resolver.knows_executable
         for k, _ in stats:
             tgid = int(k.tgid)
+            if tgid not in pending and not alive(tgid) and not known(tgid):
+                pending.add(tgid)
             if tgid not in pending and not alive(tgid):
                 try:
                     list(self.counters.rows(tgid, k.fam, k.sub, k.id, int(k.dev), k.slot, 0))
                 except Pending:
                     pending.add(tgid)
         for tgid, v in shapes:
+            if tgid not in pending and not alive(tgid) and not known(tgid):
+                pending.add(tgid)
             if tgid not in pending and not alive(tgid):
                 try:
                     list(self.counters.shape_rows(tgid, v, strict=True))
@@ -143,10 +151,15 @@ class MapReader:
         def counted(tgid: int) -> bool:
             return tgid in held or alive(tgid)
 
+        def nameless(tgid: int) -> bool:  # held until its executable's name is read
+            return tgid in held and not self.resolver.knows_executable(tgid)
+
         dead_stats, dead_shapes, final_stats = [], [], []
         for k, v in stats:
             if not counted(int(k.tgid)):
                 dead_stats.append(k)
+                continue
+            if nameless(int(k.tgid)):
                 continue
             if serial(k.fam, k.sub, k.id) in retired.get(int(k.tgid), ()):
                 final_stats.append(k)
@@ -159,6 +172,8 @@ class MapReader:
         for tgid, v in shapes:
             if not counted(tgid):
                 dead_shapes.append(tgid)
+                continue
+            if nameless(tgid):
                 continue
             for key, n in self.counters.shape_rows(tgid, v):
                 totals[key] += n
@@ -309,6 +324,7 @@ class MapReader:
         for reason, name in abi.DROP_NAMES.items():
             dropped[name] = scalar(table[table.Key(reason)])
         dropped[abi.DROP_GRAPH_NODES] = self.graphs.dropped
+        dropped[abi.DROP_NAME_TOO_LONG] = self.resolver.cap.too_long
         return dropped
 
 

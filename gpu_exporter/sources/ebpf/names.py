@@ -120,19 +120,30 @@ def kernel_name(symbol: str) -> str:
     return name or UNKNOWN
 
 
+# A kernel name longer than this (characters, demangled, without template arguments) is
+# reported as `other` and counted (NameCap.too_long): a 64 KiB name (generated code, a
+# hostile binary) would make a 64 KiB label on every scrape.
+NAME_LABEL_MAX = 1024
+
+
 class NameCap:
     """At most `limit` distinct names; later names become `other`. Once a name is in, it
-    stays in, so a series never changes its label."""
+    stays in, so a series never changes its label. A name longer than NAME_LABEL_MAX is
+    `other` too (`too_long`: how many such names were seen)."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self._names: set[str] = {UNKNOWN}
         self._lock = threading.Lock()
+        self.too_long = 0
 
     def admit(self, name: str) -> str:
         with self._lock:
             if name in self._names:
                 return name
+            if len(name) > NAME_LABEL_MAX:
+                self.too_long += 1
+                return OTHER
             if len(self._names) - 1 >= self.limit:
                 return OTHER
             self._names.add(name)

@@ -70,12 +70,10 @@ def render_hip() -> str:
     lines = [HIP_BEGIN, "", "| `cuda_call` | symbols probed | API | a successful call counts |",
              "|---|---|---|---|"]
     lines += [f"| {' | '.join(r)} |" for r in rows(abi.HIP_PROBES)]
-    entry_only = sum(p.program in abi.ENTRY_ONLY_PROGRAMS for p in abi.HIP_PROBES)
-    lines += ["", f"{len(abi.HIP_PROBES)} symbols, each with an entry and a return probe "
-              f"but {entry_only} (`__hipRegisterFunction` returns nothing: an entry probe "
-              "alone); a call that returns an error counts once in `gpu_cuda_errors_total` "
-              "instead, under its `hipError_t` name. Symbols marked ROCm x.y+ are not in "
-              "ROCm 5.2.", "", HIP_END]
+    lines += ["", f"{len(abi.HIP_PROBES)} symbols, each with an entry and a return probe: "
+              "a call that returns an error counts once in `gpu_cuda_errors_total` instead, "
+              "under its `hipError_t` name (`__hipRegisterFunction` returns nothing: never "
+              "an error). Symbols marked ROCm x.y+ are not in ROCm 5.2.", "", HIP_END]
     return "\n".join(lines)
 
 

@@ -615,6 +615,10 @@ static __always_inline void finish(struct pt_regs *ctx, u32 tgid, struct frame *
         api += API_HIP;
     if (f->op == OP_CAPTURE_END && f->counted)
         capture_ended(tgid, f, rc);
+    if (f->op == OP_HIP_REGISTER) {  // returns void: nothing to judge (issue #23)
+        send_event(tgid, EV_HANDLE_NAME, 0, 0, f->b, 0, f->c);
+        return;
+    }
     if (rc != 0) {
         // Which call failed: the return probe carries the same cookie as the entry's
         // (read here, not on every launch).
@@ -1153,23 +1157,28 @@ ENTRY(hip_ext_module_launch, OP_LAUNCH, COOKIE_HIP_BIT | COOKIE_DRIVER_BIT) {
 
 // __hipRegisterFunction(void **modules, const void *hostFunction, char *deviceFunction,
 // const char *deviceName, ...): hipcc's module constructor registers each kernel handle
-// with its device (mangled) name. It returns void: an entry probe alone (no frame), read
-// now, while the name is where the caller put it.
-int hip_register(struct pt_regs *ctx) {
-    send_event(bpf_get_current_pid_tgid() >> 32, EV_HANDLE_NAME, 0, 0, PT_REGS_PARM2(ctx), 0,
-               PT_REGS_PARM4(ctx));
-    return 0;
-}
+// with its device (mangled) name, the same string as deviceFunction (kept: the third).
+// Read on return (finish()): at entry the string's page of a library just loaded may not
+// be in the process's page tables yet, and a probe cannot fault it in; the runtime has
+// read it by the time it returns.
+KEEP_ARGS(hip_register, OP_HIP_REGISTER)
 
 // --- threads that exit: their place in `fast_threads` is free again ----------------
 // (raw tracepoint sched_process_exit, in the exiting thread: its state zeroed, then the
 // key, so a thread claiming the place finds it zeroed).
 int on_thread_exit(void *ctx) {
-    u64 key = regs_key((void *)bpf_task_pt_regs(
-        (struct task_struct *)bpf_get_current_task_btf()));
+    struct task_struct *task = (struct task_struct *)bpf_get_current_task_btf();
+    u64 key = regs_key((void *)bpf_task_pt_regs(task));
     u32 i = fast_index(key);
     struct tstate *t = fast_threads.lookup(&i);
-    if (!t || !key || t->key != key)
+    int fast = t && key && t->key == key;
+    if (!fast)
+        t = threads.task_storage_get(task, 0, 0);
+    // Inside a probed call that will never return (a process killed or exiting
+    // mid-launch): neither work nor an error; counted as a drop.
+    if (t && (t->side[0].depth || t->side[1].depth))
+        drop(DROP_CALL_UNFINISHED);
+    if (!fast)
         return 0;
     __builtin_memset(t, 0, offsetof(struct tstate, key));
     __sync_fetch_and_and(&t->key, 0);

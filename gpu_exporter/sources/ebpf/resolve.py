@@ -123,6 +123,12 @@ class Resolver:
             self._unnamed.clear()
 
     # -- names --------------------------------------------------------------------------
+    def knows_executable(self, tgid: int) -> bool:
+        """Whether the executable name of `tgid` is fixed (read from /proc while it lived,
+        or from the command an event of it carried)."""
+        with self._lock:
+            return tgid in self._exe
+
     def executable(self, tgid: int, comm: str | None = None) -> str:
         with self._lock:
             name = self._exe.get(tgid)

@@ -5,12 +5,15 @@
  * tests/fixtures/hip/). Calls newer than 5.2 (hipLaunchKernelExC, hipDrvLaunchKernelEx,
  * hipModuleLaunchCooperativeKernel) are declared here as ROCm 6.5 / 5.5 declare them.
  * No entry point calls another exported one: one probe never stands in for another.
- * Calls fail on demand: FAKE_HIP_FAIL="hipMalloc=2x1,hipLaunchKernel=100" (fake_fail.h). */
+ * Calls fail on demand: FAKE_HIP_FAIL="hipMalloc=2x1,hipLaunchKernel=100" (fake_fail.h).
+ * FAKE_HIP_EXIT_IN=hipLaunchKernel: the process exits inside its first hipLaunchKernel
+ * (a process killed mid-launch: the call never returns). */
 #define FAKE_FAIL_ENV "FAKE_HIP_FAIL"
 #include <hip/hip_runtime_api.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "fake_fail.h"
 #undef FAIL_IF
 #define FAIL_IF(name)                                      \
@@ -46,7 +49,10 @@ EXPORT void **__hipRegisterFatBinary(const void *data) {
 EXPORT void __hipRegisterFunction(void **modules, const void *hostFunction, char *deviceFunction,
                                   const char *deviceName, unsigned int threadLimit, uint3 *tid,
                                   uint3 *bid, dim3 *blockDim, dim3 *gridDim, int *wSize) {
-  (void)modules; (void)hostFunction; (void)deviceFunction; (void)deviceName;
+  /* The real runtime keeps a copy of the name (reading it, so its page is in memory). */
+  static volatile size_t names_seen;
+  names_seen += strlen(deviceName);
+  (void)modules; (void)hostFunction; (void)deviceFunction;
   (void)threadLimit; (void)tid; (void)bid; (void)blockDim; (void)gridDim; (void)wSize;
 }
 EXPORT void __hipUnregisterFatBinary(void **modules) { (void)modules; }
@@ -67,6 +73,8 @@ EXPORT hipError_t __hipPopCallConfiguration(dim3 *gridDim, dim3 *blockDim, size_
 /* --- launches -------------------------------------------------------------------- */
 EXPORT hipError_t hipLaunchKernel(const void *f, dim3 g, dim3 b, void **args, size_t shared,
                                   hipStream_t s) {
+  const char *exit_in = getenv("FAKE_HIP_EXIT_IN");
+  if (exit_in && strcmp(exit_in, "hipLaunchKernel") == 0) _exit(7);
   FAIL_IF("hipLaunchKernel"); (void)args; (void)shared; (void)s; return launched(f, g, b); }
 EXPORT hipError_t hipLaunchKernel_spt(const void *f, dim3 g, dim3 b, void **args,
                                       size_t shared, hipStream_t s) {
