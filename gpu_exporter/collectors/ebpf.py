@@ -106,9 +106,9 @@ class ActivitySource(Protocol):
 
 class EbpfCollector(Collector):
     name: ClassVar[str] = "ebpf"
-    help: ClassVar[str] = ("CUDA kernel launches, copies, allocations and synchronisations "
-                           "from uprobes on libcudart/libcuda (root, Linux; also "
-                           "OTEL_GPU_EBPF_ENABLED=true).")
+    help: ClassVar[str] = ("CUDA and HIP kernel launches, copies, allocations and "
+                           "synchronisations from uprobes on libcudart/libcuda and AMD's "
+                           "libamdhip64 (root, Linux; also OTEL_GPU_EBPF_ENABLED=true).")
     default_enabled: ClassVar[bool] = False
     options: ClassVar[Sequence[Option[Any]]] = (NAMES_MAX, PID_LABEL, RESCAN_INTERVAL,
                                                 ATTACH_MECHANISM)
@@ -117,6 +117,7 @@ class EbpfCollector(Collector):
     _lanes: Lanes[int, nvml_processes.DeviceProcesses]
     _nvml_problem: NvmlUnavailable | StackBusy | None = None
     _amd_cards: frozenset[str] = frozenset()  # amdgpu cards at the last scrape
+    _hip_libraries: tuple[str, ...] = ()  # HIP runtimes with probes at the last scrape
 
     def __init__(self, settings: Settings, source: ActivitySource | None = None) -> None:
         """`source`: read CUDA activity from it instead of attaching probes (start()
@@ -208,7 +209,14 @@ class EbpfCollector(Collector):
                        f"{problem}: the CUDA families carry no device labels",
                        problem.fix if isinstance(problem, NvmlUnavailable) else
                        "see the nvidia collector's state: NVML is slow to start"))
-        return (Feature("fast_detach", detach), Feature("exec_tracking", tracking),
+        features = [Feature("fast_detach", detach), Feature("exec_tracking", tracking)]
+        if self._hip_libraries or self._amd_cards:  # an AMD host, or HIP seen: say which
+            features.append(Feature("hip", Availability.enabled(
+                f"probes on AMD's HIP runtime: {', '.join(self._hip_libraries)}")
+                if self._hip_libraries else Availability.unavailable(
+                    "no process maps AMD's HIP runtime (libamdhip64) now: HIP calls are "
+                    "counted once one does", "run a HIP program (PyTorch for ROCm, vLLM)")))
+        return (*features,
                 Feature("device_labels", devices))
 
     def collect(self, sink: Sink) -> None:
@@ -254,6 +262,8 @@ class EbpfCollector(Collector):
             c.EBPF_EVENTS_DROPPED.emit(sink, n, {"reason": reason})
         for library in a.attached_libraries:
             c.EBPF_ATTACHED_LIBRARIES.emit(sink, 1, {"library": library})
+        self._hip_libraries = tuple(lib for lib in a.attached_libraries
+                                    if hip_devices.is_hip_runtime(lib))
         c.EBPF_KERNEL_NAMES_OVERFLOW.emit(sink, a.kernel_names_overflow, {})
 
     def _nvml_view(self, sink: Sink) -> NvmlView | None:

@@ -67,6 +67,12 @@ def run(hip_build: Build) -> Iterator[Run]:
         ws = [Workload([ok, str(N)]), Workload([bad, str(N)], env={"FAKE_HIP_FAIL": FAILS})]
         lib = hip_build.path(HIP_LIB)
         eventually(lambda: lib in attached(exp), 60, f"probes on {lib}")
+
+        def hip_feature() -> bool:  # a HIP runtime has probes: the feature says which
+            s = parse(exp.scrape())
+            return value(s, "gpu_exporter_feature_status", feature="ebpf.hip",
+                         state="enabled") == 1
+        eventually(hip_feature, 60, "feature ebpf.hip enabled")
         for w in ws:
             w.go()
 

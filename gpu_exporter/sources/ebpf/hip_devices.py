@@ -12,6 +12,7 @@ whatever it computes on: only its ordinals tell (docs/ebpf.md)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -21,6 +22,12 @@ from gpu_exporter.sources.sysfs.pci import normalize_pci_address
 from gpu_exporter.sources.sysfs.sysfs import read_uevent
 
 AMDGPU = "amdgpu"
+HIP_RUNTIME = "libamdhip64"
+
+
+def is_hip_runtime(path: str) -> bool:
+    """A file named as AMD's HIP runtime (libamdhip64.so.6, libamdhip64-ab12cd.so)."""
+    return os.path.basename(path).startswith(HIP_RUNTIME)
 
 
 def amd_cards(sysfs: str) -> frozenset[str]:
