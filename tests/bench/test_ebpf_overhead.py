@@ -1,6 +1,7 @@
-"""What the eBPF probes cost a CUDA application, per launch call, measured side by side
-in one run (`make bench`, root): a loop of N kernel launches (tests/ebpf/csrc/
-launch_loop.c, timing itself) with
+"""What the eBPF probes cost a CUDA or HIP application, per launch call, measured side by
+side in one run (`make bench`, root): a loop of N kernel launches (tests/ebpf/csrc/
+launch_loop.c; for HIP hip_launch_loop.hip, built by hipcc, over the fake
+libamdhip64.so.5: hipLaunchKernel or hipModuleLaunchKernel; timing itself) with
 
 - `no_probe`: nothing attached;
 - `noop_one_uprobe`: one no-op uprobe on the launch symbol (the uprobe trap alone);
@@ -38,7 +39,7 @@ import pytest
 
 from gpu_exporter.sources.ebpf import abi
 from tests.bench.conftest import Results
-from tests.ebpf.conftest import Build, build_into
+from tests.ebpf.conftest import HIP_LIB, Build, build_hip_into, build_into
 
 CALLS = 200_000
 ROUNDS = 7
@@ -46,12 +47,24 @@ NOOP = b"int noop(struct pt_regs *ctx) { return 0; }"
 CASES = ["no_probe", "noop_one_uprobe", "noop_same_points", "frames_only", "ours"]
 # The symbols each loop's calls reach (the runtime calls the driver).
 LOOP_SYMBOLS = {"runtime": ("cudaLaunchKernel", "cuLaunchKernel"),
-                "driver": ("cuLaunchKernel",)}
+                "driver": ("cuLaunchKernel",), "hip": ("hipLaunchKernel",),
+                "hip_module": ("hipModuleLaunchKernel",)}
+LOOPS = {"runtime": "launch_loop", "driver": "launch_loop", "hip": "hip_launch_loop",
+         "hip_module": "hip_launch_loop"}
 
 
 @pytest.fixture(scope="module")
 def build(tmp_path_factory: pytest.TempPathFactory) -> Build:
-    return build_into(tmp_path_factory.mktemp("bench-cuda"))
+    """The CUDA fakes and loop, and in the same folder the HIP ones."""
+    out = tmp_path_factory.mktemp("bench-cuda")
+    build_hip_into(out)
+    return build_into(out)
+
+
+def _library(build: Build, symbol: str) -> str:
+    if symbol.startswith("hip"):
+        return build.path(HIP_LIB)
+    return build.path("libcudart.so.12" if symbol.startswith("cuda") else "libcuda.so.1")
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +88,7 @@ def programs() -> dict[str, Any]:
 
 def _loop(build: Build, api: str) -> float:
     """One launch loop process; its own mean nanoseconds per call."""
-    p = subprocess.Popen([build.path("launch_loop"), api, str(CALLS)], stdin=subprocess.PIPE,
+    p = subprocess.Popen([build.path(LOOPS[api]), api, str(CALLS)], stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, text=True)
     assert p.stdout is not None and p.stdout.readline().strip() == "ready"
     out, _ = p.communicate("go\n", timeout=300)
@@ -92,7 +105,7 @@ def _points(build: Build, api: str, case: str) -> dict[str, list[Any]]:
     out: dict[str, list[Any]] = {}
     symbols = LOOP_SYMBOLS[api][:1] if case == "noop_one_uprobe" else LOOP_SYMBOLS[api]
     for symbol in symbols:
-        lib = build.path("libcudart.so.12" if symbol.startswith("cuda") else "libcuda.so.1")
+        lib = _library(build, symbol)
         elf = ElfFile.open(lib)
         offset = elf.offset_of_vaddr(elf.functions([symbol])[symbol])
         assert offset is not None
@@ -167,7 +180,7 @@ def _program_ns(programs: dict[str, Any], build: Build, api: str, case: str) -> 
 
 
 @pytest.mark.bench
-@pytest.mark.parametrize("api", ["runtime", "driver"])
+@pytest.mark.parametrize("api", ["runtime", "driver", "hip", "hip_module"])
 def test_launch_loop_cost(benchmark: Any, results: Results, build: Build,
                           programs: dict[str, Any], api: str) -> None:
     per_call: dict[str, list[float]] = {c: [] for c in CASES}
