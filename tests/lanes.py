@@ -42,7 +42,7 @@ PROGRAMS: Mapping[str, str] = {
                      "prometheus-node-exporter", "node_exporter"), "server"),
     # (hadolint and kubernetes-validate are not here: pip installs them, [dev])
     **dict.fromkeys(("cc", "gcc", "g++", "c++", "curl", "openssl", "systemd-analyze",
-                     "make", "docker"), "tools"),
+                     "make", "docker", "hipcc", "nm", "strip"), "tools"),
     **dict.fromkeys(("setpriv", "ip", "mount", "umount", "nsenter", "unshare"), "root"),
     "gpu-exporter": "exporter",
 }
