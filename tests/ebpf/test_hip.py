@@ -13,7 +13,15 @@ from dataclasses import dataclass
 
 import pytest
 
-from tests.ebpf.conftest import HIP_LIB, Build, Workload, attached, copy_program, only_ebpf_args
+from tests.ebpf.conftest import (
+    HIP_LIB,
+    Build,
+    Workload,
+    attached,
+    copy_program,
+    engine,
+    only_ebpf_args,
+)
 from tests.helpers import Series, eventually, exporter, find, parse, promtool_check_metrics, value
 
 N = 5  # vecAdd<<<>>> launches of the workload
@@ -150,3 +158,20 @@ def test_failed_calls_are_errors_by_name_never_work(run: Run) -> None:
                  **exe) == 2
     assert value(run.series, "gpu_memory_copies_bytes_sum", cuda_memcpy_kind="HostToDevice",
                  **exe) == 1000 + 300 + 200
+
+
+def test_a_process_is_told_its_ordinals_pci_addresses_each_way_hip_tells_it(
+        hip_build: Build) -> None:
+    """What a multi-GPU process learns of its ordinals (device labels: docs/ebpf.md):
+    hipGetDevicePropertiesR0600's PCI fields (ROCm 6.x), hipGetDeviceProperties' (5.x
+    layout), hipDeviceGetPCIBusId's string; the probes on the fake runtime, in this
+    process's engine."""
+    with engine() as e:
+        w = Workload([hip_build.path("hip_devices")])
+        e.rescan()
+        w.go()
+
+        def told() -> list[str | None]:
+            return [e.resolver.device_id(w.proc.pid, i) for i in range(3)]
+        eventually(lambda: told() == ["0000:c1:00.0", "0000:c2:00.0", "0000:c3:00.0"], 30,
+                   "the ordinals' PCI addresses")

@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
 from gpu_exporter.sources.ebpf import abi
 from gpu_exporter.sources.ebpf.elf import ElfFile
 from tests.ebpf.conftest import Build, Workload, attached, copy_program, only_ebpf_args
+from tests.ebpf_parts.test_hip_table import device_prop_offsets
 from tests.helpers import Series, eventually, exporter, find, parse, require_tool
 
 REAL = "/usr/lib/x86_64-linux-gnu/libamdhip64.so.5"
@@ -60,6 +63,22 @@ def test_every_probe_the_real_library_exports_attaches(run: Run) -> None:
     want = 2 * len(exported)  # an entry and a return probe each
     found = re.findall(rf"attached (\d+) probes to {re.escape(run.path)} ", run.logs)
     assert found and int(found[0]) == want, run.logs
+
+
+def test_device_properties_layout_is_the_real_headers(tmp_path: Path) -> None:
+    """The R0000 offsets recorded (and used by the probe) are those of the installed
+    ROCm 5.2 headers."""
+    src = tmp_path / "offsets.cpp"
+    src.write_text("#include <hip/hip_runtime_api.h>\n#include <stddef.h>\n#include <stdio.h>\n"
+                   "int main() { printf(\"%zu %zu %zu %zu\", sizeof(hipDeviceProp_t), "
+                   "offsetof(hipDeviceProp_t, pciDomainID), offsetof(hipDeviceProp_t, pciBusID), "
+                   "offsetof(hipDeviceProp_t, pciDeviceID)); }\n")
+    exe = tmp_path / "offsets"
+    subprocess.run([require_tool("g++"), "-D__HIP_PLATFORM_AMD__", "-o", str(exe), str(src)],
+                   check=True, timeout=120)
+    measured = [int(x) for x in subprocess.run([str(exe)], capture_output=True, text=True,
+                                               check=True).stdout.split()]
+    assert measured == device_prop_offsets()["R0000"]
 
 
 def test_calls_failing_without_a_gpu_are_errors_by_name(run: Run) -> None:

@@ -104,6 +104,25 @@ def test_launch_calls_are_named_as_documented() -> None:
     assert not {"__hipPushCallConfiguration", "__hipPopCallConfiguration"} & set(abi.BY_SYMBOL)
 
 
+def device_prop_offsets() -> dict[str, list[int]]:
+    rows = [line.split() for line in
+            (FIXTURES / "device-prop-offsets.txt").read_text().splitlines()
+            if line and not line.startswith("#")]
+    return {r[0]: [int(x) for x in r[1:]] for r in rows}
+
+
+def test_device_properties_pci_fields_where_the_headers_put_them() -> None:
+    offsets = device_prop_offsets()
+    _, domain, bus, device = offsets["R0000"]
+    assert (domain, bus, device) == (abi.HIP_PROPS_R0000_PCI_OFF,
+                                     abi.HIP_PROPS_R0000_PCI_OFF + 4,
+                                     abi.HIP_PROPS_R0000_PCI_OFF + 8)
+    _, domain, bus, device = offsets["R0600"]  # bus, device, domain in this order
+    assert (bus, device, domain) == (abi.HIP_PROPS_R0600_PCI_OFF,
+                                     abi.HIP_PROPS_R0600_PCI_OFF + 4,
+                                     abi.HIP_PROPS_R0600_PCI_OFF + 8)
+
+
 def test_hip_error_names_are_the_real_librarys() -> None:
     assert hip_errors.HIP[100] == "hipErrorNoDevice"
     assert hip_errors.HIP[101] == "hipErrorInvalidDevice"

@@ -524,6 +524,22 @@ HIP_HCC_MODULE_LAUNCH: Final = ("_Z24hipHccModuleLaunchKernelP18ihipModuleSymbol
                                 "P12ihipStream_tPPvS4_P11ihipEvent_tS6_")
 
 
+# __hipRegisterFunction returns void: its return is not judged, the name is sent then
+# (numbered apart from the CUDA ops, which may grow).
+OP_HIP_REGISTER: Final = 40
+OP_HIP_DEVICE_PROPS: Final = 41  # hipGetDeviceProperties*: the PCI fields of an ordinal
+EV_HIP_DEVICE_PCI: Final = 40  # id = a device ordinal, target = domain << 32 | bus << 8 | dev
+# The PCI fields of hipDeviceProp_t (a probe's arg says which layout): R0000 (ROCm 5.x, and
+# 6.x's hipGetDeviceProperties/R0000 for older binaries) has int pciDomainID, pciBusID,
+# pciDeviceID from byte 364; R0600 (6.x's hipGetDeviceProperties, a #define of
+# hipGetDevicePropertiesR0600) int pciBusID, pciDeviceID, pciDomainID from byte 584
+# (offsetof in ROCm 5.2's and 6.0-6.2's headers: tests/fixtures/hip/device-prop-offsets.txt).
+HIP_PROPS_R0000: Final = 0
+HIP_PROPS_R0600: Final = 1
+HIP_PROPS_R0000_PCI_OFF: Final = 364
+HIP_PROPS_R0600_PCI_OFF: Final = 584
+
+
 def _hip(symbol: str, program: str, arg: int = 0, *suffixes: str, module: bool = False,
          since: str = "", spt_since: str = "", pos: int = 0) -> tuple[Probe, ...]:
     """A HIP call and its per-thread-stream variants (`spt_since`: when those came)."""
@@ -590,6 +606,9 @@ HIP_PROBES: Final[tuple[Probe, ...]] = (
     # The thread's device, and what the process was told an ordinal is.
     *_hip("hipSetDevice", "set_device"),
     *_hip("hipDeviceGetPCIBusId", "device_pci"),
+    *_hip("hipGetDeviceProperties", "hip_device_props", HIP_PROPS_R0000),
+    *_hip("hipGetDevicePropertiesR0000", "hip_device_props", HIP_PROPS_R0000, since="6.0"),
+    *_hip("hipGetDevicePropertiesR0600", "hip_device_props", HIP_PROPS_R0600, since="6.0"),
     # Graphs: stream capture and the executable graphs made of it, as CUDA's.
     *_hip("hipStreamBeginCapture", "capture_begin", 0, SPT, spt_since="5.3"),
     # (in the hip_6.1 node from ROCm 6.2 on; so is hipGraphInstantiateWithParams)
@@ -609,9 +628,6 @@ HIP_PROBES: Final[tuple[Probe, ...]] = (
     *_hip("hipGraphDestroy", "graph_destroy"),
     *_hip("hipGraphExecDestroy", "graph_exec_destroy"),
 )
-# __hipRegisterFunction returns void: its return is not judged, the name is sent then
-# (numbered apart from the CUDA ops, which may grow).
-OP_HIP_REGISTER: Final = 40
 # --- end of HIP --------------------------------------------------------------------------
 
 ALL_PROBES: Final = RUNTIME_PROBES + DRIVER_PROBES + HIP_PROBES
@@ -686,6 +702,9 @@ COUNTS.update({
     "hip_ext_module_launch": "a launch: `gpu_kernel_launch_calls_total"
                              "{cuda_api=\"hip_module\"}`, named from the `hipFunction_t`; "
                              "blocks per grid = global work size / local work size",
+    "hip_device_props": "no count: the PCI address of a device ordinal (the `pciDomainID`, "
+                        "`pciBusID`, `pciDeviceID` of the properties), as the process was "
+                        "told it (device labels)",
     "hip_register": "no count: names a kernel handle (read when the call returns: the "
                     "runtime has read the name by then, so its page is in memory)",
 })

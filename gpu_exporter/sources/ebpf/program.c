@@ -824,6 +824,19 @@ static __always_inline void finish(struct pt_regs *ctx, u32 tgid, struct frame *
         if (f->counted)
             exec_runs(tgid, f->a, 0);
         break;
+    // HIP (issue #23): hipGetDeviceProperties*(hipDeviceProp_t *prop, int device): its PCI
+    // fields, in the layout the cookie's arg says (HIP_PROPS_*).
+    case OP_HIP_DEVICE_PROPS: {
+        int pci[3] = {};
+        int r0600 = COOKIE_ARG(f->cookie) == HIP_PROPS_R0600;
+        bpf_probe_read_user(&pci, sizeof(pci), (void *)f->a + (r0600 ? HIP_PROPS_R0600_PCI_OFF
+                                                                     : HIP_PROPS_R0000_PCI_OFF));
+        u64 domain = (u32)(r0600 ? pci[2] : pci[0]), bus = (u32)(r0600 ? pci[0] : pci[1]),
+            dev = (u32)(r0600 ? pci[1] : pci[2]);
+        send_event(tgid, EV_HIP_DEVICE_PCI, 0, 0, f->b & 0xffffffff,
+                   domain << 32 | (bus & 0xff) << 8 | (dev & 0x1f), 0);
+        break;
+    }
     }
 }
 
@@ -1162,6 +1175,7 @@ ENTRY(hip_ext_module_launch, OP_LAUNCH, COOKIE_HIP_BIT | COOKIE_DRIVER_BIT) {
 // be in the process's page tables yet, and a probe cannot fault it in; the runtime has
 // read it by the time it returns.
 KEEP_ARGS(hip_register, OP_HIP_REGISTER)
+KEEP_ARGS(hip_device_props, OP_HIP_DEVICE_PROPS)
 
 // --- threads that exit: their place in `fast_threads` is free again ----------------
 // (raw tracepoint sched_process_exit, in the exiting thread: its state zeroed, then the

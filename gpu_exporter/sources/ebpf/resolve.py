@@ -99,6 +99,9 @@ class Resolver:
             elif etype == abi.EV_DEVICE_UUID:
                 raw = data[abi.EVENT_HEAD.size:abi.EVENT_HEAD.size + 16]
                 self._device_ids[(tgid, ident)] = uuid_text(raw)
+            elif etype == abi.EV_HIP_DEVICE_PCI:  # HIP's properties: the PCI fields
+                self._device_ids[(tgid, ident)] = (
+                    f"{target >> 32:04x}:{target >> 8 & 0xFF:02x}:{target & 0x1F:02x}.0")
             elif etype == abi.EV_DEVICE_PCI:
                 raw = data[abi.EVENT_HEAD.size:abi.EVENT_HEAD.size + abi.NAME_LEN]
                 address = normalize_pci_address(raw.split(b"\0", 1)[0].decode("ascii", "replace"))

@@ -11,6 +11,7 @@
 #define FAKE_FAIL_ENV "FAKE_HIP_FAIL"
 #include <hip/hip_runtime_api.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -240,5 +241,32 @@ EXPORT hipError_t hipEventSynchronize(hipEvent_t e) {
 EXPORT hipError_t hipGetDeviceCount(int *n) { FAIL_IF("hipGetDeviceCount"); *n = 2; return hipSuccess; }
 EXPORT hipError_t hipSetDevice(int d) { FAIL_IF("hipSetDevice"); current_device = d; return hipSuccess; }
 EXPORT hipError_t hipGetDevice(int *d) { *d = current_device; return hipSuccess; }
+/* Device `d` is at PCI 0000:(c1 + d):00.0, in every layout the runtime answers with. */
+EXPORT hipError_t hipDeviceGetPCIBusId(char *id, int len, int d) {
+  FAIL_IF("hipDeviceGetPCIBusId");
+  snprintf(id, (size_t)len, "0000:%02X:00.0", 0xc1 + d);  // as HIP writes it
+  return hipSuccess;
+}
+static void fill_r0000(hipDeviceProp_t *p, int d) {  // ROCm 5.2's hipDeviceProp_t
+  memset(p, 0, sizeof *p);
+  strcpy(p->name, "AMD Instinct MI300X (fake)");
+  p->pciDomainID = 0;
+  p->pciBusID = 0xc1 + d;
+  p->pciDeviceID = 0;
+}
+EXPORT hipError_t hipGetDeviceProperties(hipDeviceProp_t *p, int d) {
+  FAIL_IF("hipGetDeviceProperties"); fill_r0000(p, d); return hipSuccess; }
+/* ROCm 6.x: hipGetDevicePropertiesR0000 (the 5.x layout, for older binaries) and
+ * hipGetDevicePropertiesR0600 (what hipGetDeviceProperties is a #define of): its 1472-byte
+ * struct has int pciBusID, pciDeviceID, pciDomainID at 584 (offsetof in 6.0-6.2's header). */
+EXPORT hipError_t hipGetDevicePropertiesR0000(hipDeviceProp_t *p, int d) {
+  FAIL_IF("hipGetDevicePropertiesR0000"); fill_r0000(p, d); return hipSuccess; }
+EXPORT hipError_t hipGetDevicePropertiesR0600(void *p, int d) {
+  FAIL_IF("hipGetDevicePropertiesR0600");
+  memset(p, 0, 1472);
+  int pci[3] = {0xc1 + d, 0, 0};  // bus, device, domain
+  memcpy((char *)p + 584, pci, sizeof pci);
+  return hipSuccess;
+}
 EXPORT hipError_t hipGetLastError(void) { return hipSuccess; }
 EXPORT const char *hipGetErrorName(hipError_t e) { return e == hipSuccess ? "hipSuccess" : "hipErrorFake"; }
