@@ -112,6 +112,10 @@ def scenario(cuda_build: Build, tmp_path_factory: pytest.TempPathFactory) -> Ite
         late.go()
         # Last, so that the names above are in before the cap.
         last = Workload([names, "names", str(MANY_NAMES)])
+        # Its library may have been detached meanwhile (the workloads before it exited:
+        # two rescans of 0.2 s) and not attached again yet: it would run unprobed.
+        driver_lib = f"{cuda_build.dir}/libcuda.so.1"
+        wait_until(lambda: driver_lib in attached(exp), f"probes on {driver_lib}")
         last.go()
         # The scrape that the tests read is one taken once the event loop has read the
         # last workload (its events come after everyone else's): on a loaded machine the
