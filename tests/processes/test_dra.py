@@ -2,26 +2,46 @@
 (dynamic_resources, kubelet 1.34+), the exporter resolves them with the node's CDI spec
 files and the NVIDIA driver's minor numbers, and k8s_gpu_allocation_info names the claim.
 
-The spec follows NVIDIA's DRA driver (kubernetes-sigs/dra-driver-nvidia-gpu,
-cmd/gpu-kubelet-plugin/cdi.go): a transient spec per claim in /var/run/cdi named
-`k8s.gpu.nvidia.com-claim_<claim uid>.json`, kind `k8s.gpu.nvidia.com/claim`, devices
-`<claim uid>-<device>` carrying the GPU's `/dev/nvidia<minor>` only, the control nodes in
-the spec's common edits. The driver's /proc tree is the H100 host's
-(tests/fixtures/procfs/nvidia-h100x8: minors 0.. by bus, UUIDs as the fake NVML's)."""
+The specs follow NVIDIA's DRA driver (kubernetes-sigs/dra-driver-nvidia-gpu at 9593204,
+cmd/gpu-kubelet-plugin/cdi.go): a transient spec per claim in /var/run/cdi
+(`CreateClaimSpecFile`, written by `writeSpec` as `<GenerateTransientSpecName>.yaml`:
+`k8s.gpu.nvidia.com-claim_<claim uid>.yaml`), kind `k8s.gpu.nvidia.com/claim`, devices
+`<claim uid>-<canonical name>` (`gpu-<minor>`, cmd/gpu-kubelet-plugin/deviceinfo.go; a MIG
+device `gpu-<parent minor>-mig-<profile>-<profile id>-<placement>`, mig.go
+`ToCanonicalName`) carrying the GPU's `/dev/nvidia<minor>` only (no NVIDIA_VISIBLE_DEVICES
+UUIDs), the control nodes in the spec's common edits. A MIG device carries its parent's
+node and two character devices `/dev/nvidia-caps/nvidia-cap<N>` (`GetDevNodesForMigDevice`,
+internal/common/nvcaps.go `CDICharDevNode`: type c, major, minor, fileMode), numbered as
+`/proc/driver/nvidia-caps/mig-minors` says (the comment in internal/common/nvcaps.go
+quotes it). The driver's /proc tree is the H100 host's (tests/fixtures/procfs/
+nvidia-h100x8: minors 0.. by bus, UUIDs as the fake NVML's)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+import yaml
 
 from gpu_exporter.collectors import REGISTRY
 from gpu_exporter.sources.kubelet import cdi
 from tests.fake_nvml import scenario as fake
-from tests.helpers import Series, exporter, find, parse, promtool_check_metrics
+from tests.helpers import (
+    Exporter,
+    Series,
+    eventually,
+    exporter,
+    find,
+    parse,
+    promtool_check_metrics,
+    value,
+)
 from tests.nvidia import driverfs
-from tests.processes.kubelet import Claim, Container, Pod, kubelet
+from tests.processes.kubelet import Claim, Container, FakeKubelet, Pod, kubelet
+from tests.processes.procfs import write_process
 
 CLAIM_UID = "7a1f2b3c-0000-4000-8000-00000000c1a1"
 VENDOR = "k8s.gpu.nvidia.com"
@@ -31,26 +51,66 @@ def uuid(i: int) -> str:
     return fake.h100(i).uuid
 
 
-def nvidia_claim_spec(folder: Path, claim_uid: str, minors: dict[str, int]) -> None:
+CAPS_MAJOR = 508  # nvidia-caps' major in /proc/devices: dynamic, any number will do
+GIB = 1024**3
+
+
+def mig_minors(gpus: int = 8) -> str:
+    """`/proc/driver/nvidia-caps/mig-minors` as the driver writes it: `config` 1,
+    `monitor` 2, then per GPU minor 15 GPU instances of one access line and 8 compute
+    instances each (gpu3/gi3/ci3/access is 439 and gpu6/gi11/ci7/access 920, as the
+    DRA driver's internal/common/nvcaps.go quotes a real file)."""
+    lines = ["config 1", "monitor 2"]
+    for gpu in range(gpus):
+        for gi in range(15):
+            base = 3 + gpu * 135 + gi * 9
+            lines.append(f"gpu{gpu}/gi{gi}/access {base}")
+            lines += [f"gpu{gpu}/gi{gi}/ci{ci}/access {base + 1 + ci}" for ci in range(8)]
+    return "\n".join(lines) + "\n"
+
+
+def cap_minor(gpu: int, gi: int, ci: int | None = None) -> int:
+    return 3 + gpu * 135 + gi * 9 + (0 if ci is None else 1 + ci)
+
+
+def _cap_node(minor: int) -> dict[str, object]:
+    return {"path": f"/dev/nvidia-caps/nvidia-cap{minor}", "type": "c",
+            "major": CAPS_MAJOR, "minor": minor, "fileMode": 0o444}
+
+
+def nvidia_claim_spec(folder: Path, claim_uid: str, minors: dict[str, int],
+                      migs: dict[str, tuple[int, int, int]] | None = None) -> Path:
+    """The transient spec of one claim: full GPUs by name -> minor, MIG devices by name
+    -> (parent minor, GPU instance, compute instance)."""
     folder.mkdir(parents=True, exist_ok=True)
+    devices = [{"name": f"{claim_uid}-{name}",
+                "containerEdits": {"deviceNodes": [{"path": f"/dev/nvidia{minor}"}]}}
+               for name, minor in minors.items()]
+    devices += [{"name": f"{claim_uid}-{name}", "containerEdits": {"deviceNodes": [
+        {"path": f"/dev/nvidia{gpu}"}, _cap_node(cap_minor(gpu, gi)),
+        _cap_node(cap_minor(gpu, gi, ci))]}} for name, (gpu, gi, ci) in (migs or {}).items()]
     spec = {
         "cdiVersion": "0.5.0",
         "kind": f"{VENDOR}/claim",
-        "devices": [{"name": f"{claim_uid}-{name}",
-                     "containerEdits": {"deviceNodes": [{"path": f"/dev/nvidia{minor}"}]}}
-                    for name, minor in minors.items()],
+        "devices": devices,
         "containerEdits": {
             "env": ["NVIDIA_VISIBLE_DEVICES=void"],
             "deviceNodes": [{"path": "/dev/nvidiactl"}, {"path": "/dev/nvidia-uvm"}]},
     }
-    (folder / f"{VENDOR}-claim_{claim_uid}.json").write_text(json.dumps(spec))
+    path = folder / f"{VENDOR}-claim_{claim_uid}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
 
 
-def _scrape(lib: Path, tmp: Path, pods: list[Pod]) -> list[Series]:
-    sc = fake.Scenario(devices=[fake.h100(i) for i in range(3)])
+@contextmanager
+def _node(lib: Path, tmp: Path, pods: list[Pod], sc: fake.Scenario | None = None
+          ) -> Iterator[tuple[Exporter, FakeKubelet, Path]]:
+    """The exporter (NVIDIA and processes collectors) on the H100 host's driver tree,
+    the fake kubelet serving `pods`; yields the exporter, the kubelet and the /proc."""
+    sc = sc or fake.Scenario(devices=[fake.h100(i) for i in range(3)])
     path = sc.write(tmp / "gpus.scenario")
     sock = tmp / "kubelet.sock"
-    proc = driverfs.procfs(tmp)
+    proc = tmp / "proc" if (tmp / "proc").exists() else driverfs.procfs(tmp)
     keep = {"nvidia", "processes"}
     flags = [*(f"--no-collector.{c.name}" for c in REGISTRY if c.name not in keep),
              "--collector.nvidia", "--collector.processes",
@@ -58,7 +118,12 @@ def _scrape(lib: Path, tmp: Path, pods: list[Pod]) -> list[Series]:
              f"--path.sysfs={tmp / 'sys'}",
              f"--processes.cdi-spec-dirs={tmp / 'etc-cdi'},{tmp / 'run-cdi'}"]
     (tmp / "sys").mkdir(exist_ok=True)
-    with kubelet(sock, pods), exporter(flags, env=fake.env(lib, path)) as exp:
+    with kubelet(sock, pods) as kube, exporter(flags, env=fake.env(lib, path)) as exp:
+        yield exp, kube, proc
+
+
+def _scrape(lib: Path, tmp: Path, pods: list[Pod]) -> list[Series]:
+    with _node(lib, tmp, pods) as (exp, _, _):
         text = exp.scrape()
     promtool_check_metrics(text)
     return parse(text)
@@ -140,3 +205,128 @@ def test_cdi_specs_malformed_duplicated_and_amd(tmp_path: Path) -> None:
     resolve = cdi.resolver(devices, str(sysfs), {})
     assert resolve("amd.com/gpu=gpu-0") is None  # duplicated: ambiguous
     assert resolve("amd.com/gpu2=gpu-0") == "0000:0c:00.0"
+
+
+def _mig_host(tmp: Path) -> fake.Scenario:
+    """The MIG H100 (GPU instance 1 with one compute instance, GPU instance 2 with two)
+    as minor 0 of the H100 host, with the driver's mig-minors file."""
+    sc = fake.mig_h100()
+    proc = driverfs.procfs(tmp)
+    driverfs.set_uuid(proc, "0000:18:00.0", sc.devices[0].uuid)  # minor 0
+    (proc / "driver" / "nvidia-caps").mkdir()
+    (proc / "driver" / "nvidia-caps" / "mig-minors").write_text(mig_minors())
+    return sc
+
+
+def test_mig_devices_through_dra_resolve_to_the_mig_device_not_its_parent(
+        lib: Path, tmp_path: Path) -> None:
+    """Two claims, each of one MIG device of the same parent: GPU instance 1's compute
+    instance, and the second compute instance of GPU instance 2 (its GPU instance's
+    capability node is GPU instance 2's, shared with the first). Each joins its own MIG
+    device; the parent, whose /dev/nvidia0 both carry, is allocated to nobody."""
+    sc = _mig_host(tmp_path)
+    parent = sc.devices[0]
+    first, second = f"{CLAIM_UID[:-1]}1", f"{CLAIM_UID[:-1]}2"
+    nvidia_claim_spec(tmp_path / "run-cdi", first, {}, {"gpu-0-mig-3g40gb-9-0": (0, 1, 0)})
+    nvidia_claim_spec(tmp_path / "run-cdi", second, {},
+                      {"gpu-0-mig-1c2g20gb-14-4": (0, 2, 1)})
+    pods = [
+        Pod("ml", "mig-a", [Container("main", claims=[Claim(
+            "ml", "mig-3g", "gpu.nvidia.com", (f"{VENDOR}/claim={first}-gpu-0-mig-3g40gb-9-0",),
+            pool="node1", device="gpu-0-mig-3g40gb-9-0")])]),
+        Pod("ml", "mig-b", [Container("main", claims=[Claim(
+            "ml", "mig-1c", "gpu.nvidia.com",
+            (f"{VENDOR}/claim={second}-gpu-0-mig-1c2g20gb-14-4",))])]),
+    ]
+    with _node(lib, tmp_path, pods, sc) as (exp, _, _):
+        text = exp.scrape()
+    promtool_check_metrics(text)
+    s = parse(text)
+    assert _allocations(s) == {(parent.migs[0].uuid, "mig-a", "mig-3g"),
+                               (parent.migs[2].uuid, "mig-b", "mig-1c")}
+    assert _dra_state(s) == ["enabled"]
+
+
+def test_a_claim_released_while_its_process_runs(lib: Path, tmp_path: Path) -> None:
+    """The driver deletes the claim's spec when the kubelet unprepares it; a process can
+    outlive that (a CUDA context being torn down), and the kubelet may still list the
+    claim until the pod is deleted. Meanwhile the process keeps its series, the GPU is
+    allocated to nobody (never to the claim whose spec is gone, never guessed), the
+    device is counted unresolved, and once the kubelet forgets the claim all is well
+    again: no failed scrape, no traceback."""
+    sc = fake.Scenario(devices=[fake.h100(i) for i in range(3)])
+    sc.devices[1].processes = [("compute", 4242, 2 * GIB, None, None)]
+    proc = driverfs.procfs(tmp_path)
+    write_process(proc, 4242, comm="trainer", start=42)
+    spec = nvidia_claim_spec(tmp_path / "run-cdi", CLAIM_UID, {"gpu-1": 1})
+    claim = Claim("ml", "single-gpu", "gpu.nvidia.com", (f"{VENDOR}/claim={CLAIM_UID}-gpu-1",))
+    pods = [Pod("ml", "dra-0", [Container("main", claims=[claim])])]
+
+    def scrape(exp: Exporter) -> list[Series]:
+        text = exp.scrape()
+        promtool_check_metrics(text)
+        s = parse(text)
+        assert value(s, "gpu_exporter_collector_success", collector="processes") == 1
+        assert [x.value for x in find(s, "process_gpu_memory_usage_bytes",
+                                      process_pid="4242")] == [2 * GIB]
+        return s
+
+    def dra_state(exp: Exporter, state: str) -> list[Series] | None:
+        s = scrape(exp)
+        return s if _dra_state(s) == [state] else None
+
+    with _node(lib, tmp_path, pods, sc) as (exp, kube, _):
+        s = scrape(exp)
+        assert _allocations(s) == {(uuid(1), "dra-0", "single-gpu")}
+        spec.unlink()  # NodeUnprepareResources: DeleteClaimSpecFile
+        s = eventually(lambda: dra_state(exp, "unavailable"), 60,
+                       "the released claim's device counted unresolved")
+        assert _allocations(s) == set()
+        kube.pods = []  # the pod deleted: the kubelet no longer lists the claim
+        s = eventually(lambda: dra_state(exp, "enabled"), 60,
+                       "no DRA device left unresolved")
+        assert _allocations(s) == set()
+        logs = exp.logs()
+    assert "Traceback" not in logs, logs
+
+
+def test_mig_capability_nodes_that_name_no_known_mig_device_are_unresolved(
+        tmp_path: Path) -> None:
+    """The reader alone: a capability minor the driver's file lacks, two compute
+    instances in one device, a compute instance of another GPU instance than the one
+    given, a MIG device NVML does not know, a GPU whose minor the driver does not list:
+    each unresolved, never the parent."""
+    run = tmp_path / "run"
+    uid = "c1a1"
+    nvidia_claim_spec(run, uid, {"gpu-0": 0, "not-there": 42}, {
+        "ok": (0, 1, 0), "unknown-to-nvml": (0, 3, 0)})
+    spec_path = run / f"{VENDOR}-claim_{uid}.yaml"
+    spec = yaml.safe_load(spec_path.read_text())
+    spec["devices"] += [
+        {"name": f"{uid}-not-in-file", "containerEdits": {"deviceNodes": [
+            {"path": "/dev/nvidia0"}, _cap_node(99999)]}},
+        {"name": f"{uid}-two-cis", "containerEdits": {"deviceNodes": [
+            _cap_node(cap_minor(0, 2, 0)), _cap_node(cap_minor(0, 2, 1))]}},
+        {"name": f"{uid}-mismatched", "containerEdits": {"deviceNodes": [
+            _cap_node(cap_minor(0, 1)), _cap_node(cap_minor(0, 2, 0))]}},
+        {"name": f"{uid}-gi-only", "containerEdits": {"deviceNodes": [
+            _cap_node(cap_minor(0, 1))]}},
+    ]
+    spec_path.write_text(yaml.safe_dump(spec))
+    proc = tmp_path / "proc" / "driver" / "nvidia-caps"
+    proc.mkdir(parents=True)
+    (proc / "mig-minors").write_text(mig_minors(2))
+    caps = cdi.read_mig_minors(str(tmp_path / "proc"))
+    assert caps[439 - 3 * 135] == cdi.MigCap(0, 3, 3)  # the file's formula, GPU 0
+    assert caps[cap_minor(1, 0)] == cdi.MigCap(1, 0, None)
+    resolve = cdi.resolver(cdi.load([str(run)]), str(tmp_path / "sys"), {0: "GPU-parent"},
+                           caps, {(0, 1, 0): "MIG-a", (0, 2, 0): "MIG-b", (0, 2, 1): "MIG-c"})
+    name = f"{VENDOR}/claim={uid}"
+    assert resolve(f"{name}-gpu-0") == "GPU-parent"
+    assert resolve(f"{name}-ok") == "MIG-a"
+    for bad in ("not-there", "unknown-to-nvml", "not-in-file", "two-cis", "mismatched", "gi-only"):
+        assert resolve(f"{name}-{bad}") is None, bad
+    # without the driver's file no MIG device resolves, and none falls back to its parent
+    no_file = cdi.resolver(cdi.load([str(run)]), str(tmp_path / "sys"), {0: "GPU-parent"},
+                           cdi.read_mig_minors(str(tmp_path / "nowhere")), {(0, 1, 0): "MIG-a"})
+    assert no_file(f"{name}-ok") is None
