@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 from gpu_exporter.collectors import REGISTRY
-from gpu_exporter.sources.kubelet import cdi
+from gpu_exporter.sources.kubelet import cdi, podresources
 from tests.fake_nvml import scenario as fake
 from tests.helpers import (
     Exporter,
@@ -205,6 +205,70 @@ def test_cdi_specs_malformed_duplicated_and_amd(tmp_path: Path) -> None:
     resolve = cdi.resolver(devices, str(sysfs), {})
     assert resolve("amd.com/gpu=gpu-0") is None  # duplicated: ambiguous
     assert resolve("amd.com/gpu2=gpu-0") == "0000:0c:00.0"
+
+
+AMD_KIND = "k8s.gpu.amd.com/gpu"
+
+
+def amd_claim_specs(etc: Path, claim_uid: str, cards: dict[str, tuple[int, int]]) -> None:
+    """AMD's DRA driver (ROCm/k8s-gpu-dra-driver at 2622427, cmd/gpu-kubeletplugin):
+    `--cdi-root` /etc/cdi (main.go); a `common` device of environment only
+    (cdi.go CreateCommonSpecFile, transient spec `k8s.gpu.amd.com-gpu_common`) and a
+    spec per claim (CreateClaimSpecFile, `k8s.gpu.amd.com-gpu_<claim uid>`) whose devices
+    `<claim uid>-gpu-<card>-<renderD>` carry /dev/kfd, /dev/dri/card<N> and
+    /dev/dri/renderD<M>, each with its hostPath (state.go applyConfig)."""
+    etc.mkdir(parents=True, exist_ok=True)
+    common = {"cdiVersion": "0.3.0", "kind": AMD_KIND, "devices": [
+        {"name": "common",
+         "containerEdits": {"env": ["DRA_RESOURCE_DRIVER_NAME=gpu.amd.com"]}}]}
+    (etc / "k8s.gpu.amd.com-gpu_common.yaml").write_text(yaml.safe_dump(common))
+
+    def node(path: str, major: int, minor: int) -> dict[str, object]:
+        return {"path": path, "hostPath": path, "type": "c", "major": major,
+                "minor": minor, "permissions": "rw"}
+
+    spec = {"cdiVersion": "0.3.0", "kind": AMD_KIND, "devices": [
+        {"name": f"{claim_uid}-{name}", "containerEdits": {"deviceNodes": [
+            node("/dev/kfd", 235, 0), node(f"/dev/dri/card{card}", 226, card),
+            node(f"/dev/dri/renderD{render}", 226, render)]}}
+        for name, (card, render) in cards.items()]}
+    (etc / f"k8s.gpu.amd.com-gpu_{claim_uid}.yaml").write_text(yaml.safe_dump(spec))
+
+
+def test_amd_claims_their_common_device_and_other_drivers(tmp_path: Path) -> None:
+    """What the kubelet reports, resolved (the fake kubelet's own messages, no server):
+    AMD's driver names each device twice, `common` and the GPU's own, and the device is
+    that GPU; a NIC driver's claim that names no GPU is not counted; a GPU driver's
+    device with no CDI device, or whose spec is gone, is."""
+    etc = tmp_path / "etc"
+    uid = "4b8e9f10-0000-4000-8000-0000000a3d01"
+    amd_claim_specs(etc, uid, {"gpu-1-128": (1, 128)})
+    sysfs = tmp_path / "sys"
+    pci = sysfs / "devices" / "pci0000:00" / "0000:0c:00.0"
+    pci.mkdir(parents=True)
+    for node in ("card1", "renderD128"):
+        (sysfs / "class" / "drm" / node).mkdir(parents=True)
+        (sysfs / "class" / "drm" / node / "device").symlink_to(pci)
+    nic = tmp_path / "run"
+    nic.mkdir()
+    (nic / "dra.net-nic_x.yaml").write_text(yaml.safe_dump({
+        "cdiVersion": "0.5.0", "kind": "dra.net/nic", "devices": [{"name": "x-eth1",
+            "containerEdits": {"deviceNodes": [{"path": "/dev/infiniband/uverbs0"}]}}]}))
+    pods = [Pod("ml", "rocm-0", [Container("main", claims=[
+        Claim("ml", "one-mi300", "gpu.amd.com",
+              (f"{AMD_KIND}=common", f"{AMD_KIND}={uid}-gpu-1-128"),
+              pool="node1", device="gpu-1-128"),
+        Claim("ml", "rdma", "dra.net", ("dra.net/nic=x-eth1",), pool="node1",
+              device="eth1"),
+        Claim("ml", "gone", "gpu.amd.com", (f"{AMD_KIND}=common", f"{AMD_KIND}=0000-gpu-2-129")),
+        Claim("ml", "no-cdi", "gpu.amd.com", ()),
+    ])])]
+    response = FakeKubelet(pods).List(None, None)
+    resolve = cdi.resolver(cdi.load([str(etc), str(nic)]), str(sysfs), {})
+    found = podresources.with_dynamic_resources(response, resolve)
+    assert found.by_device == {"0000:0c:00.0": (
+        podresources.ContainerRef("ml", "rocm-0", "main", "one-mi300"),)}
+    assert [u.split(":")[0] for u in found.unresolved] == ["ml/gone", "ml/no-cdi"]
 
 
 def _mig_host(tmp: Path) -> fake.Scenario:
