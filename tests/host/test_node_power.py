@@ -4,6 +4,8 @@ readers and through the exporter (`dump`, `doctor`, a running exporter)."""
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,7 @@ from gpu_exporter.collectors import REGISTRY
 from gpu_exporter.sources.sysfs import power_meter, powercap
 from gpu_exporter.sources.sysfs.sysfs import Problems
 from tests.helpers import (
+    eventually,
     exporter,
     find,
     parse,
@@ -114,6 +117,19 @@ def test_rapl_counter_never_goes_back_across_its_wrap_or_a_restart(tmp_path: Pat
         start + 8 + (top + 1_000_000) / 1e6, abs=1e-6)
 
 
+def test_a_power_file_that_is_not_a_regular_file_is_never_read(tmp_path: Path) -> None:
+    """The held read checks what it opened: a FIFO where power1_average should be is
+    refused (no wait for a writer), a problem, absent."""
+    average = t.power_meter(tmp_path, 1, 0, "", 300_000_000)
+    average.unlink()
+    os.mkfifo(average)
+    [m] = power_meter.find_meters(str(tmp_path))
+    problems = Problems()
+    assert power_meter.read_watts(m, problems) is None
+    assert "is a FIFO, not a regular file" in problems.items[0][1]
+    power_meter.close([m])
+
+
 def test_rapl_value_over_its_range_is_garbage(tmp_path: Path) -> None:
     files = t.amd_epyc(tmp_path)
     files["package-0"].write_text(f"{t.AMD_RANGE_UJ + 1}\n")
@@ -212,3 +228,37 @@ def test_a_running_exporter_counts_across_the_wrap(tmp_path: Path) -> None:
             pytest.approx(first + 1.0, abs=1e-6)
         # power from the counter between scrapes: positive across the wrap
         assert value(s, "hw_power_watts", hw_power_rail="package") > 0
+
+
+def test_sources_that_appear_or_go_while_it_runs(tmp_path: Path) -> None:
+    """As with node_exporter, a RAPL zone whose driver is loaded after the exporter
+    started (intel_rapl_msr) is read without a restart, within the retry interval, and
+    its counter starts at the kernel's value; a meter that goes (acpi_power_meter
+    unloaded, its hwmon removed) stops being reported."""
+    t.power_meter(tmp_path, 1, 0, "", 300_000_000)  # a BMC's whole-system meter
+    with exporter([*flags(tmp_path), "--collector.retry-interval=1"]) as exp:
+        s = parse(exp.scrape())
+        assert value(s, "hw_power_watts", hw_power_rail="system") == 300.0
+        assert feature(s, "rapl") == "disabled"
+        assert not find(s, "hw_energy_joules_total")
+        t.intel_two_sockets(tmp_path, start_uj=7_000_000)
+
+        def zones() -> list[tuple[str, str, float]]:
+            s = parse(exp.scrape())
+            return sorted((x.labels["hw_id"], x.labels["hw_power_rail"], x.value)
+                          for x in find(s, "hw_energy_joules_total"))
+
+        assert eventually(zones, 60, "the RAPL zones loaded later") == [
+            ("socket0", "dram", 7.0), ("socket0", "package", 7.0),
+            ("socket1", "dram", 7.0), ("socket1", "package", 7.0)]
+        assert feature(parse(exp.scrape()), "rapl") == "enabled"
+        (tmp_path / "class" / "hwmon" / "hwmon1").unlink()
+        shutil.rmtree(tmp_path / "devices" / "LNXSYSTM:00")
+        eventually(lambda: not find(parse(exp.scrape()), "hw_power_watts",
+                                    hw_power_rail="system"), 60, "the meter gone")
+        s = parse(exp.scrape())
+        assert feature(s, "acpi_power_meter") == "disabled"
+        assert value(s, "gpu_exporter_collector_success", collector="power") == 1
+        assert len(find(s, "hw_energy_joules_total")) == 4
+        logs = exp.logs()
+    assert "Traceback" not in logs, logs
