@@ -34,7 +34,9 @@ RAPL_FIX = (
     "(deploy/kubernetes does: runAsUser 0, no capabilities), or give its group read "
     "access (systemd-tmpfiles: `z /sys/class/powercap/intel-rapl:*/energy_uj 0440 root "
     "<group>`, reopening that side channel to that group only); the Dockerfile's user "
-    "10001 and deploy/systemd's DynamicUser cannot read it. docs/node-power.md")
+    "10001, deploy/compose's compose.yaml and deploy/systemd's DynamicUser cannot read "
+    "it (their eBPF and process-fdinfo variants can: uid 0 or CAP_DAC_READ_SEARCH). "
+    "docs/node-power.md")
 
 
 @dataclass(frozen=True)
