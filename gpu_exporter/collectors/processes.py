@@ -307,6 +307,8 @@ class ProcessesCollector(Collector):
                 "the exporter asks again every scrape")
             return None
         self._dra_state(allocations.unresolved)
+        if self._cdi is not None:  # a claim was listed once: from then on a count
+            c.DRA_DEVICES_UNRESOLVED.emit(sink, len(allocations.unresolved), {})
         return self._running(allocations.by_device)
 
     def _cdi_resolver(self) -> Callable[[str], str | None]:

@@ -170,6 +170,7 @@ def test_an_unresolvable_dra_device_is_counted_never_guessed(lib: Path,
     s = _scrape(lib, tmp_path, pods)
     assert _allocations(s) == {(uuid(1), "dra-0", "single-gpu")}
     assert _dra_state(s) == ["unavailable"]
+    assert value(s, "gpu_exporter_dra_devices_unresolved") == 1
 
 
 def test_a_kubelet_without_dra_fields_gives_no_dra_state(lib: Path, tmp_path: Path) -> None:
@@ -177,6 +178,7 @@ def test_a_kubelet_without_dra_fields_gives_no_dra_state(lib: Path, tmp_path: Pa
     s = _scrape(lib, tmp_path, pods)
     assert _allocations(s) == {(uuid(0), "train-0", "")}
     assert _dra_state(s) == []
+    assert not find(s, "gpu_exporter_dra_devices_unresolved")  # no claim: no count
 
 
 def test_cdi_specs_malformed_duplicated_and_amd(tmp_path: Path) -> None:
@@ -261,7 +263,7 @@ def test_amd_claims_their_common_device_and_other_drivers(tmp_path: Path) -> Non
         Claim("ml", "rdma", "dra.net", ("dra.net/nic=x-eth1",), pool="node1",
               device="eth1"),
         Claim("ml", "gone", "gpu.amd.com", (f"{AMD_KIND}=common", f"{AMD_KIND}=0000-gpu-2-129")),
-        Claim("ml", "no-cdi", "gpu.amd.com", ()),
+        Claim("ml", "no-cdi", "gpu.amd.com", (), pool="node1", device="gpu-9-136"),
     ])])]
     response = FakeKubelet(pods).List(None, None)
     resolve = cdi.resolver(cdi.load([str(etc), str(nic)]), str(sysfs), {})
@@ -269,6 +271,7 @@ def test_amd_claims_their_common_device_and_other_drivers(tmp_path: Path) -> Non
     assert found.by_device == {"0000:0c:00.0": (
         podresources.ContainerRef("ml", "rocm-0", "main", "one-mi300"),)}
     assert [u.split(":")[0] for u in found.unresolved] == ["ml/gone", "ml/no-cdi"]
+    assert "gpu.amd.com node1/gpu-9-136 (no CDI device)" in found.unresolved[1]
 
 
 def _mig_host(tmp: Path) -> fake.Scenario:
@@ -342,14 +345,17 @@ def test_a_claim_released_while_its_process_runs(lib: Path, tmp_path: Path) -> N
     with _node(lib, tmp_path, pods, sc) as (exp, kube, _):
         s = scrape(exp)
         assert _allocations(s) == {(uuid(1), "dra-0", "single-gpu")}
+        assert value(s, "gpu_exporter_dra_devices_unresolved") == 0
         spec.unlink()  # NodeUnprepareResources: DeleteClaimSpecFile
         s = eventually(lambda: dra_state(exp, "unavailable"), 60,
                        "the released claim's device counted unresolved")
         assert _allocations(s) == set()
+        assert value(s, "gpu_exporter_dra_devices_unresolved") == 1
         kube.pods = []  # the pod deleted: the kubelet no longer lists the claim
         s = eventually(lambda: dra_state(exp, "enabled"), 60,
                        "no DRA device left unresolved")
         assert _allocations(s) == set()
+        assert value(s, "gpu_exporter_dra_devices_unresolved") == 0
         logs = exp.logs()
     assert "Traceback" not in logs, logs
 

@@ -127,10 +127,14 @@ def with_dynamic_resources(
                     if len(keys) == 1:
                         out.setdefault(keys.pop(), set()).add(ref)
                     elif keys or is_gpu_driver(resource.driver_name):
+                        # what the kubelet gives to find the device by: the driver's
+                        # pool and device names (1.34), its CDI devices
+                        device = "/".join(n for n in (resource.pool_name,
+                                                      resource.device_name) if n)
                         unresolved.append(
                             f"{claim.claim_namespace}/{claim.claim_name}: "
-                            + (", ".join(names) or f"{resource.driver_name} "
-                               f"{resource.pool_name}/{resource.device_name} (no CDI device)"))
+                            f"{resource.driver_name} {device or '(no device name)'} "
+                            f"({', '.join(names) or 'no CDI device'})")
     return Allocations({k: tuple(sorted(v)) for k, v in out.items()}, tuple(unresolved))
 
 
