@@ -171,10 +171,13 @@ class HeldFile:
             self.close()
             raise
 
+    # bound here: a finalizer run while the interpreter exits may find `os` torn down
+    _close = staticmethod(os.close)
+
     def close(self) -> None:
         fd, self._fd = self._fd, None
         if fd is not None:
-            os.close(fd)
+            self._close(fd)
 
     def __del__(self) -> None:
         self.close()
