@@ -70,7 +70,8 @@ def test_an_acpi_module_meter_found_later_takes_the_rail_over(fake_lib: Path,
                       find(parse(exp.scrape()), "hw_power_watts", hw_power_rail="module"))
 
     with exporter(args, env=env) as exp:
-        assert modules(exp) == [("module0", 1900.0), ("module1", 2100.0)]
+        eventually(lambda: modules(exp) == [("module0", 1900.0), ("module1", 2100.0)], 60,
+                   "NVML's two modules")
         power_tree.grace(sysfs)  # Module Power Socket 0: 650 W
         eventually(lambda: modules(exp) == [("module0", 650.0)], 60,
                    "the ACPI module meter alone")

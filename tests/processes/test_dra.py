@@ -305,13 +305,18 @@ def test_mig_devices_through_dra_resolve_to_the_mig_device_not_its_parent(
             "ml", "mig-1c", "gpu.nvidia.com",
             (f"{VENDOR}/claim={second}-gpu-0-mig-1c2g20gb-14-4",))])]),
     ]
+    want = {(parent.migs[0].uuid, "mig-a", "mig-3g"), (parent.migs[2].uuid, "mig-b", "mig-1c")}
+
+    def resolved(exp: Exporter) -> str | None:
+        text = exp.scrape()  # the MIG devices are NVML's: known once it has found them
+        return text if _allocations(parse(text)) == want else None
+
     with _node(lib, tmp_path, pods, sc) as (exp, _, _):
-        text = exp.scrape()
+        text = eventually(lambda: resolved(exp), 60, "both MIG devices allocated")
     promtool_check_metrics(text)
     s = parse(text)
-    assert _allocations(s) == {(parent.migs[0].uuid, "mig-a", "mig-3g"),
-                               (parent.migs[2].uuid, "mig-b", "mig-1c")}
     assert _dra_state(s) == ["enabled"]
+    assert value(s, "gpu_exporter_dra_devices_unresolved") == 0
 
 
 def test_a_claim_released_while_its_process_runs(lib: Path, tmp_path: Path) -> None:
@@ -343,7 +348,7 @@ def test_a_claim_released_while_its_process_runs(lib: Path, tmp_path: Path) -> N
         return s if _dra_state(s) == [state] else None
 
     with _node(lib, tmp_path, pods, sc) as (exp, kube, _):
-        s = scrape(exp)
+        s = eventually(lambda: scrape(exp), 60, "the process and its claim")
         assert _allocations(s) == {(uuid(1), "dra-0", "single-gpu")}
         assert value(s, "gpu_exporter_dra_devices_unresolved") == 0
         spec.unlink()  # NodeUnprepareResources: DeleteClaimSpecFile
