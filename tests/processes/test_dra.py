@@ -73,29 +73,42 @@ def cap_minor(gpu: int, gi: int, ci: int | None = None) -> int:
     return 3 + gpu * 135 + gi * 9 + (0 if ci is None else 1 + ci)
 
 
-def _cap_node(minor: int) -> dict[str, object]:
-    return {"path": f"/dev/nvidia-caps/nvidia-cap{minor}", "type": "c",
-            "major": CAPS_MAJOR, "minor": minor, "fileMode": 0o444}
+def _cap_node(minor: int, root: str = "") -> dict[str, object]:
+    path = f"/dev/nvidia-caps/nvidia-cap{minor}"
+    return {"path": path, "hostPath": root + path, "type": "c", "major": CAPS_MAJOR,
+            "minor": minor, "fileMode": 0o444}
+
+
+def _gpu_node(minor: int, root: str = "") -> dict[str, object]:
+    path = f"/dev/nvidia{minor}"
+    return {"path": path, "hostPath": root + path}
 
 
 def nvidia_claim_spec(folder: Path, claim_uid: str, minors: dict[str, int],
-                      migs: dict[str, tuple[int, int, int]] | None = None) -> Path:
+                      migs: dict[str, tuple[int, int, int]] | None = None,
+                      driver_root: str = "") -> Path:
     """The transient spec of one claim: full GPUs by name -> minor, MIG devices by name
-    -> (parent minor, GPU instance, compute instance)."""
+    -> (parent minor, GPU instance, compute instance). Every node's hostPath is its path
+    under the driver's root (writeSpec's root transform: nvcdi/transform/root
+    host-root.go), "" for a driver installed on the host, /run/nvidia/driver for the
+    GPU operator's driver container."""
     folder.mkdir(parents=True, exist_ok=True)
+    root = driver_root
     devices = [{"name": f"{claim_uid}-{name}",
-                "containerEdits": {"deviceNodes": [{"path": f"/dev/nvidia{minor}"}]}}
+                "containerEdits": {"deviceNodes": [_gpu_node(minor, root)]}}
                for name, minor in minors.items()]
     devices += [{"name": f"{claim_uid}-{name}", "containerEdits": {"deviceNodes": [
-        {"path": f"/dev/nvidia{gpu}"}, _cap_node(cap_minor(gpu, gi)),
-        _cap_node(cap_minor(gpu, gi, ci))]}} for name, (gpu, gi, ci) in (migs or {}).items()]
+        _gpu_node(gpu, root), _cap_node(cap_minor(gpu, gi), root),
+        _cap_node(cap_minor(gpu, gi, ci), root)]}}
+        for name, (gpu, gi, ci) in (migs or {}).items()]
     spec = {
         "cdiVersion": "0.5.0",
         "kind": f"{VENDOR}/claim",
         "devices": devices,
         "containerEdits": {
             "env": ["NVIDIA_VISIBLE_DEVICES=void"],
-            "deviceNodes": [{"path": "/dev/nvidiactl"}, {"path": "/dev/nvidia-uvm"}]},
+            "deviceNodes": [{"path": p, "hostPath": root + p}
+                            for p in ("/dev/nvidiactl", "/dev/nvidia-uvm")]},
     }
     path = folder / f"{VENDOR}-claim_{claim_uid}.yaml"
     path.write_text(yaml.safe_dump(spec))
@@ -294,9 +307,12 @@ def test_mig_devices_through_dra_resolve_to_the_mig_device_not_its_parent(
     sc = _mig_host(tmp_path)
     parent = sc.devices[0]
     first, second = f"{CLAIM_UID[:-1]}1", f"{CLAIM_UID[:-1]}2"
-    nvidia_claim_spec(tmp_path / "run-cdi", first, {}, {"gpu-0-mig-3g40gb-9-0": (0, 1, 0)})
+    # the GPU operator's driver container: host paths under /run/nvidia/driver
+    nvidia_claim_spec(tmp_path / "run-cdi", first, {}, {"gpu-0-mig-3g40gb-9-0": (0, 1, 0)},
+                      driver_root="/run/nvidia/driver")
     nvidia_claim_spec(tmp_path / "run-cdi", second, {},
-                      {"gpu-0-mig-1c2g20gb-14-4": (0, 2, 1)})
+                      {"gpu-0-mig-1c2g20gb-14-4": (0, 2, 1)},
+                      driver_root="/run/nvidia/driver")
     pods = [
         Pod("ml", "mig-a", [Container("main", claims=[Claim(
             "ml", "mig-3g", "gpu.nvidia.com", (f"{VENDOR}/claim={first}-gpu-0-mig-3g40gb-9-0",),
@@ -374,7 +390,7 @@ def test_mig_capability_nodes_that_name_no_known_mig_device_are_unresolved(
     run = tmp_path / "run"
     uid = "c1a1"
     nvidia_claim_spec(run, uid, {"gpu-0": 0, "not-there": 42}, {
-        "ok": (0, 1, 0), "unknown-to-nvml": (0, 3, 0)})
+        "ok": (0, 1, 0), "unknown-to-nvml": (0, 3, 0)}, driver_root="/run/nvidia/driver")
     spec_path = run / f"{VENDOR}-claim_{uid}.yaml"
     spec = yaml.safe_load(spec_path.read_text())
     spec["devices"] += [

@@ -42,9 +42,12 @@ from gpu_exporter.sources.sysfs.pci import normalize_pci_address
 
 DEFAULT_DIRS = ("/etc/cdi", "/var/run/cdi")
 MAX_SPEC_BYTES = 1 << 20
-_NVIDIA = re.compile(r"/dev/nvidia([0-9]+)")
-_DRM = re.compile(r"/dev/dri/((?:renderD|card)[0-9]+)")
-_CAP = re.compile(r"/dev/nvidia-caps/nvidia-cap([0-9]+)")
+# A node's host path may sit under the driver's root: NVIDIA's DRA driver writes every
+# node's hostPath through the toolkit's root transform (nvcdi/transform/root), so with
+# the GPU operator's driver container it is /run/nvidia/driver/dev/nvidia0.
+_NVIDIA = re.compile(r"(?:/.*)?/dev/nvidia([0-9]+)")
+_DRM = re.compile(r"(?:/.*)?/dev/dri/((?:renderD|card)[0-9]+)")
+_CAP = re.compile(r"(?:/.*)?/dev/nvidia-caps/nvidia-cap([0-9]+)")
 _MIG_CAP = re.compile(r"gpu([0-9]+)/gi([0-9]+)(?:/ci([0-9]+))?/access")
 MIG_MINORS = "driver/nvidia-caps/mig-minors"
 # 32 GPUs x 15 GPU instances x 9 lines of about 25 bytes: 110 kB
