@@ -317,10 +317,11 @@ class ProcessesCollector(Collector):
         self._cdi = cdi.load(self._cdi_dirs)
         gpus = read_driver_gpus(self.settings.procfs, self.settings.get(DEVFS),
                                 self.settings.sysfs)
-        minors = {g.minor: g.uuid for g in (gpus.gpus if gpus else ())
-                  if g.minor is not None and g.uuid}
+        known = [g for g in (gpus.gpus if gpus else ()) if g.uuid]
+        minors = {g.minor: g.uuid for g in known if g.minor is not None and g.uuid}
         return cdi.resolver(self._cdi, self.settings.sysfs, minors,
-                            cdi.read_mig_minors(self.settings.procfs), self._migs(minors))
+                            cdi.read_mig_minors(self.settings.procfs), self._migs(minors),
+                            {g.pci_address: g.uuid for g in known if g.uuid})
 
     def _migs(self, minors: Mapping[int, str]) -> dict[tuple[int, int, int], str]:
         """(parent minor, GPU instance, compute instance) -> MIG device key, from the

@@ -84,18 +84,31 @@ def _gpu_node(minor: int, root: str = "") -> dict[str, object]:
     return {"path": path, "hostPath": root + path}
 
 
+def drm_nodes(sysfs: Path, pci: str, *nodes: str) -> None:
+    """/sys/class/drm/<node>/device -> the GPU's PCI device, as the DRM core links it."""
+    device = sysfs / "devices" / "pci0000:00" / pci
+    device.mkdir(parents=True, exist_ok=True)
+    for node in nodes:
+        (sysfs / "class" / "drm" / node).mkdir(parents=True)
+        (sysfs / "class" / "drm" / node / "device").symlink_to(device)
+
+
 def nvidia_claim_spec(folder: Path, claim_uid: str, minors: dict[str, int],
                       migs: dict[str, tuple[int, int, int]] | None = None,
-                      driver_root: str = "") -> Path:
+                      driver_root: str = "", drm: dict[int, tuple[str, ...]] | None = None
+                      ) -> Path:
     """The transient spec of one claim: full GPUs by name -> minor, MIG devices by name
     -> (parent minor, GPU instance, compute instance). Every node's hostPath is its path
     under the driver's root (writeSpec's root transform: nvcdi/transform/root
     host-root.go), "" for a driver installed on the host, /run/nvidia/driver for the
-    GPU operator's driver container."""
+    GPU operator's driver container. `drm`: a GPU's DRM nodes by minor, which the
+    toolkit adds where nvidia-drm is loaded (internal/platform-support/dgpu/nvml.go)."""
     folder.mkdir(parents=True, exist_ok=True)
     root = driver_root
-    devices = [{"name": f"{claim_uid}-{name}",
-                "containerEdits": {"deviceNodes": [_gpu_node(minor, root)]}}
+    devices = [{"name": f"{claim_uid}-{name}", "containerEdits": {"deviceNodes": [
+        _gpu_node(minor, root),
+        *({"path": f"/dev/dri/{n}", "hostPath": f"{root}/dev/dri/{n}"}
+          for n in (drm or {}).get(minor, ()))]}}
                for name, minor in minors.items()]
     devices += [{"name": f"{claim_uid}-{name}", "containerEdits": {"deviceNodes": [
         _gpu_node(gpu, root), _cap_node(cap_minor(gpu, gi), root),
@@ -159,7 +172,11 @@ def lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_a_mixed_node_device_plugin_and_dra(lib: Path, tmp_path: Path) -> None:
-    nvidia_claim_spec(tmp_path / "run-cdi", CLAIM_UID, {"gpu-1": 1})
+    """A device plugin's GPU and a claim's, on one node; the claim's GPU carries its DRM
+    nodes (nvidia-drm loaded) beside /dev/nvidia1: one GPU, not two."""
+    nvidia_claim_spec(tmp_path / "run-cdi", CLAIM_UID, {"gpu-1": 1},
+                      drm={1: ("card2", "renderD129")})
+    drm_nodes(tmp_path / "sys", "0000:2a:00.0", "card2", "renderD129")  # minor 1's
     pods = [
         Pod("ml", "train-0", [Container("trainer", {"nvidia.com/gpu": [uuid(0)]})]),
         Pod("ml", "dra-0", [Container("main", claims=[Claim(

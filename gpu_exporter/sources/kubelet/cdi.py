@@ -178,11 +178,18 @@ def drm_address(sysfs: str, node: str) -> str | None:
 def resolver(devices: CdiDevices, sysfs: str, nvidia_minors: Mapping[int, str],
              mig_minors: Mapping[int, MigCap] | None = None,
              migs: Mapping[tuple[int, int, int], str] | None = None,
+             nvidia_pci: Mapping[str, str] | None = None,
              ) -> Callable[[str], str | None]:
     """A function from a qualified CDI device name to the device key of its GPU (the key
-    `nvidia_minors` gives an NVIDIA minor; a DRM GPU's PCI address; for a MIG device the
-    key `migs` gives its (parent minor, GPU instance, compute instance), through
-    `mig_minors`), None when the device is not in the specs or names no GPU."""
+    `nvidia_minors` gives an NVIDIA minor; a DRM GPU's PCI address, or the key
+    `nvidia_pci` gives that address for an NVIDIA GPU; for a MIG device the key `migs`
+    gives its (parent minor, GPU instance, compute instance), through `mig_minors`),
+    None when the device is not in the specs or names no GPU, or more than one.
+
+    An NVIDIA GPU's device carries its DRM nodes beside /dev/nvidia<minor> where
+    nvidia-drm is loaded (the toolkit's dgpu discoverer adds drm.GetDeviceNodesByBusID):
+    through `nvidia_pci` both name the same key."""
+    by_pci = nvidia_pci or {}
 
     def resolve(qualified: str) -> str | None:
         nodes = devices.nodes.get(qualified, ())
@@ -201,7 +208,7 @@ def resolver(devices: CdiDevices, sysfs: str, nvidia_minors: Mapping[int, str],
             if m:
                 address = drm_address(sysfs, m.group(1))
                 if address:
-                    found.add(address)
+                    found.add(by_pci.get(address, address))
         return found.pop() if len(found) == 1 else None
 
     return resolve
