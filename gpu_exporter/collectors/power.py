@@ -10,6 +10,11 @@ other is not reported, so that a sum over rails never counts one twice:
 2. RAPL through powercap: package (the socket envelope, the ACPI "socket" rail), DRAM
    and core counters of x86 sockets.
 
+Sources are found at start and again every --collector.retry-interval (a zone whose
+driver loads later is read without a restart); each value is read through a held
+descriptor, one pread a scrape (`files.HeldFile`), closed when its source is found no
+more or the collector closes.
+
 docs/node-power.md holds the ladder, the rails and what each deploy file grants.
 """
 
