@@ -729,6 +729,13 @@ PROCESSES_FOLDED = Counter(
     "process_executable_name=\"other\" series; each counted once.", S, NoLabels,
 )
 
+DRA_DEVICES_UNRESOLVED = Gauge(
+    "gpu_exporter_dra_devices_unresolved",
+    "Devices of GPU drivers' DRA claims that the kubelet lists and the node's CDI specs "
+    "do not resolve to a GPU (never guessed: processes.dra names them); absent until "
+    "the kubelet has listed a claim, and while it does not answer.", S, NoLabels,
+)
+
 CATALOGUE: tuple[Family[Any], ...] = tuple(
     m for m in globals().values() if isinstance(m, Family)
 )
