@@ -106,7 +106,7 @@ class ActivitySource(Protocol):
 class EbpfCollector(Collector):
     name: ClassVar[str] = "ebpf"
     help: ClassVar[str] = ("CUDA kernel launches, copies, allocations and synchronisations "
-                           "from uprobes on libcudart/libcuda (root, Linux; also "
+                           "from uprobes on libcudart/libcuda (root, Linux on x86-64; also "
                            "OTEL_GPU_EBPF_ENABLED=true).")
     default_enabled: ClassVar[bool] = False
     options: ClassVar[Sequence[Option[Any]]] = (NAMES_MAX, PID_LABEL, RESCAN_INTERVAL,

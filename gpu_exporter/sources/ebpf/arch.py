@@ -21,7 +21,8 @@ What x86-64 (System V AMD64 ABI, Linux) gives the probes, and where it is used:
   with the stack pointer 8 bytes above its entry's (`returned` in program.c; aarch64
   keeps it in the link register and the stack pointer is unchanged);
 - the syscall tracepoint records' layout, used when tracefs cannot be read
-  (`loader.DEFAULT_TRACEPOINT_OFFSETS`);
+  (`loader.DEFAULT_TRACEPOINT_OFFSETS`), and mmap's PROT_EXEC (4) and MAP_ANONYMOUS
+  (0x20) bits (`on_mmap`; the same on aarch64, not on every CPU);
 - the CUDA structures' offsets (`abi.py`): those of the LP64 layout, the same on aarch64,
   but checked only against x86-64 builds of NVIDIA's headers and libraries.
 
