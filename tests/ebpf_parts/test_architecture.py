@@ -17,7 +17,7 @@ from pathlib import Path
 from gpu_exporter.collectors import REGISTRY
 from gpu_exporter.sources.ebpf import arch
 from tests.fake_nvml import scenario as fake
-from tests.helpers import exporter, find, parse, run_cli, value
+from tests.helpers import eventually, exporter, find, parse, run_cli, value
 from tests.sysfs.tree import FakeSysfs
 
 SETARCH = ("setarch", "linux32")
@@ -69,20 +69,24 @@ def _host(tmp_path: Path) -> tuple[list[str], dict[str, str]]:
 def test_an_exporter_on_another_cpu_serves_all_but_ebpf(tmp_path: Path) -> None:
     args, env = _host(tmp_path)
     with exporter(args, env, prefix=SETARCH) as exp:
-        s = parse(exp.scrape())
-        state = {x.labels["state"]: x.value
-                 for x in find(s, "gpu_exporter_feature_status", feature="ebpf")}
-        assert state == {"enabled": 0, "unavailable": 1, "disabled": 0}, state
-        # The NVIDIA and sysfs families are served as on any host.
-        up = {x.labels["hw_vendor"]: x.value for x in find(s, "hw_gpu_up")}
-        assert len(find(s, "hw_gpu_up", hw_vendor="nvidia")) == 8
-        assert up == {"nvidia": 1, "amd": 1}, up
-        assert find(s, "hw_gpu_temperature_celsius", hw_vendor="amd")
-        for collector in ("nvidia", "amd"):
-            assert value(s, "gpu_exporter_collector_success", collector=collector) == 1
-        # No eBPF family at all: not zeros.
-        assert not [x for x in s if x.name.startswith("gpu_kernel_")]
-        # A second scrape (the collector is tried again): the reason is logged once.
+        def served() -> bool:
+            s = parse(exp.scrape())
+            state = {x.labels["state"]: x.value
+                     for x in find(s, "gpu_exporter_feature_status", feature="ebpf")}
+            assert state == {"enabled": 0, "unavailable": 1, "disabled": 0}, state
+            # The NVIDIA and sysfs families are served as on any host.
+            up = {x.labels["hw_vendor"]: x.value for x in find(s, "hw_gpu_up")}
+            assert len(find(s, "hw_gpu_up", hw_vendor="nvidia")) == 8
+            assert up == {"nvidia": 1, "amd": 1}, up
+            assert find(s, "hw_gpu_temperature_celsius", hw_vendor="amd")
+            for collector in ("nvidia", "amd"):
+                assert value(s, "gpu_exporter_collector_success", collector=collector) == 1
+            # No eBPF family at all: not zeros.
+            assert not [x for x in s if x.name.startswith("gpu_kernel_")]
+            return True
+
+        eventually(served, 60, "the NVIDIA and AMD GPUs served, ebpf unavailable")
+        # Scraped again: the reason is logged once, not at every scrape.
         exp.scrape()
         logged = [line for line in exp.logs().splitlines() if "ebpf unavailable" in line]
         assert len(logged) == 1, exp.logs()
