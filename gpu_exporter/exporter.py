@@ -10,7 +10,7 @@ import platform
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, cast
@@ -159,6 +159,9 @@ class GpuExporterCollector(PromCollector):
         self._build_labels = known(
             c.BuildLabels, version=__version__, python_version=platform.python_version(),
             nvml_bindings_version=_nvml_bindings_version())
+        # The HTTP front's connections refused or closed early, by reason (`serve` sets
+        # it: the server sits above the exporter; `dump` and `doctor` have none).
+        self.http_refusals: Callable[[], Mapping[c.HttpRefusalReason, int]] | None = None
 
     # -- life cycle ------------------------------------------------------------------
     def start(self) -> dict[str, Availability]:
@@ -405,6 +408,9 @@ class GpuExporterCollector(PromCollector):
         for name in sorted(success):
             c.COLLECTOR_SUCCESS.emit(out, 1 if success[name] else 0, {"collector": name})
             c.COLLECTOR_DURATION.emit(out, duration.get(name, 0.0), {"collector": name})
+        if self.http_refusals is not None:
+            for reason, n in sorted(self.http_refusals().items()):
+                c.HTTP_CONNECTIONS_REFUSED.emit(out, n, {"reason": reason})
         features = self.availability()
         self._tell(features)
         for f in sorted(features, key=lambda f: (f.name, f.hw_id or "")):

@@ -17,6 +17,7 @@ from gpu_exporter.collectors.base import Availability, Collector, CollectorFault
 from gpu_exporter.family import Buckets
 from gpu_exporter.settings import Option, Settings
 from gpu_exporter.sources import files
+from gpu_exporter.sources.ebpf import arch
 from gpu_exporter.sources.ebpf.attach import MECHANISMS
 from gpu_exporter.sources.ebpf.reading import CallHistogram, CudaActivity, NvmlView
 from gpu_exporter.sources.nvml import processes as nvml_processes
@@ -105,7 +106,7 @@ class ActivitySource(Protocol):
 class EbpfCollector(Collector):
     name: ClassVar[str] = "ebpf"
     help: ClassVar[str] = ("CUDA kernel launches, copies, allocations and synchronisations "
-                           "from uprobes on libcudart/libcuda (root, Linux; also "
+                           "from uprobes on libcudart/libcuda (root, Linux on x86-64; also "
                            "OTEL_GPU_EBPF_ENABLED=true).")
     default_enabled: ClassVar[bool] = False
     options: ClassVar[Sequence[Option[Any]]] = (NAMES_MAX, PID_LABEL, RESCAN_INTERVAL,
@@ -126,6 +127,10 @@ class EbpfCollector(Collector):
             return Availability.enabled()
         if platform.system() != "Linux":
             return Availability.unavailable(f"eBPF needs Linux, this is {platform.system()}")
+        # Before bcc: on a CPU the probes are not built for, nothing below may run.
+        other_cpu = arch.unsupported()
+        if other_cpu is not None:
+            return other_cpu
         try:
             import bcc
         except ImportError as exc:
