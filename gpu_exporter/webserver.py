@@ -492,12 +492,19 @@ def _raw_response(status: int, headers: list[tuple[str, str]], body: bytes) -> b
 
 
 async def _next(h: h11.Connection, reader: asyncio.StreamReader) -> Any:
-    """The next h11 event, reading as needed (at most READ_CHUNK at a time: h11 refuses a
-    head past MAX_HEAD_BYTES as soon as its buffer holds that much)."""
+    """The next h11 event, reading as needed: at most READ_CHUNK at a time, and while a
+    head is awaited no more than MAX_HEAD_BYTES in all. (h11 measures only a head it has
+    not found the end of, so a longer head read in one go, up to two chunks, would pass.)"""
     while True:
         event = h.next_event()
         if event is h11.NEED_DATA:
-            h.receive_data(await reader.read(READ_CHUNK))
+            size = READ_CHUNK
+            if h.their_state is h11.IDLE:
+                size = min(size, MAX_HEAD_BYTES - len(h.trailing_data[0]))
+                if size <= 0:
+                    raise h11.RemoteProtocolError("request head too long",
+                                                  error_status_hint=431)
+            h.receive_data(await reader.read(size))
             continue
         if event is h11.PAUSED:
             return None
