@@ -11,6 +11,9 @@ of a commit: `git archive <commit> gpu_exporter | tar -x -C /tmp/base`.
     python -m tests.bench.paired onehz GPUS PROCESSES SECONDS name=tree ...
         real processes each scraped once a second (the sides spread over the second);
         CPU per second of each whole process, idle included, and its RSS at the end.
+    python -m tests.bench.paired burst GPUS PROCESSES SCRAPERS name=tree ...
+        real processes: RSS after start, after SCRAPERS concurrent scrapers each side,
+        and after 200 more scrapes one at a time.
     python -m tests.bench.paired inprocess GPUS PROCESSES KERNEL_SERIES ROUNDS name=tree ...
         one process per tree running `fleet.in_process` (the nvidia, processes and eBPF
         collectors, the eBPF one fed KERNEL_SERIES recorded series) asked for one
@@ -22,6 +25,7 @@ p50 and p99 are nearest-rank over the rounds; ratios are against the first tree.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import http.client
 import os
@@ -142,6 +146,32 @@ def one_hertz(gpus: int, processes: int, seconds: int, trees: Sequence[tuple[str
                   f"{per_second:.2f} ms CPU per second, RSS {rss_mib(proc.pid):.1f} MiB")
 
 
+def burst(gpus: int, processes: int, scrapers: int, trees: Sequence[tuple[str, str]]) -> None:
+    """RSS after start-up, then after `scrapers` concurrent scrapers (5 scrapes each,
+    both sides at once), then after 200 more scrapes one at a time."""
+    with servers(gpus, processes, trees) as running:
+        after_start = {name: rss_mib(proc.pid) for name, proc, _ in running}
+
+        def hammer(port: int) -> None:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+            for _ in range(5):
+                scrape(conn)
+            conn.close()
+
+        ports = [conn.port for _, _, conn in running]
+        with concurrent.futures.ThreadPoolExecutor(scrapers * len(ports)) as pool:
+            list(pool.map(hammer, [p for p in ports for _ in range(scrapers)]))
+        after_burst = {name: rss_mib(proc.pid) for name, proc, _ in running}
+        for _ in range(200):
+            for _, _, conn in running:
+                scrape(conn)
+        for name, proc, _ in running:
+            print(f"{gpus} GPUs, {processes} processes, {name}: RSS {after_start[name]:.1f} "
+                  f"MiB after start and 10 scrapes, {after_burst[name]:.1f} MiB after "
+                  f"{scrapers} concurrent scrapers, {rss_mib(proc.pid):.1f} MiB after 200 "
+                  "more")
+
+
 _SIDE = """
 import sys, tempfile, time
 from pathlib import Path
@@ -196,10 +226,12 @@ def main(argv: Sequence[str]) -> None:
         http_rounds(numbers[0], numbers[1], numbers[2], trees)
     elif mode == "onehz":
         one_hertz(numbers[0], numbers[1], numbers[2], trees)
+    elif mode == "burst":
+        burst(numbers[0], numbers[1], numbers[2], trees)
     elif mode == "inprocess":
         in_process(numbers[0], numbers[1], numbers[2], numbers[3], trees)
     else:
-        raise SystemExit(f"unknown mode {mode!r}: http, onehz or inprocess")
+        raise SystemExit(f"unknown mode {mode!r}: http, onehz, burst or inprocess")
 
 
 if __name__ == "__main__":
