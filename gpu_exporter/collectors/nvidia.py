@@ -200,7 +200,7 @@ class NvidiaCollector(Collector):
         modules: dict[int, float] = {}
         for index, dev in devices:
             key = dev.identity.key
-            down = values.down(dev)
+            got: tuple[GpuReading, ...] | None = None  # None: identity only (values.down)
             if index in run.busy:
                 sink.fail(f"{key}:busy",
                           f"GPU {key} is still stuck in an NVML call from an earlier scrape")
@@ -216,12 +216,14 @@ class NvidiaCollector(Collector):
                 elif error is not None:
                     raise error
                 elif result is not None:
-                    down = result.readings
+                    got = result.readings
                     if dev.module_id is not None and result.module_power_watts is not None:
                         modules.setdefault(dev.module_id, result.module_power_watts)
                     for fkey, message in result.failures:
                         sink.fail(fkey, message)
-            readings.extend(down)
+            # The identity-only readings are made only for a GPU that did not answer: a
+            # reading is a large frozen record, and eight of them a scrape showed.
+            readings.extend(got if got is not None else values.down(dev))
         if modules and (time.monotonic() - self._acpi_checked
                         >= self.settings.retry_interval_seconds):
             self._check_acpi_module()
