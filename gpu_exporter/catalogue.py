@@ -728,10 +728,44 @@ EBPF_KERNEL_NAMES_OVERFLOW = Counter(
     NoLabels,
 )
 
+# Why the HTTP front closed a connection before (or instead of) answering it in full
+# (gpu_exporter/webserver.py; docs/web-front.md, "Limits").
+HttpRefusalReason = Literal[
+    "connection_limit",  # 512 connections open, all busy: the new one is reset
+    "evicted",  # an idle connection closed to make room for a new one at that limit
+    "file_descriptor_limit",  # an idle connection closed: accept() hit `ulimit -n`
+    "head_timeout",  # no complete request head (or TLS handshake) in time
+    "head_too_large",  # request head past 16 KiB: 431
+    "malformed_request",  # a head h11 cannot parse, no Host, both framings, HTTP/2: 400/505
+    "body_too_large",  # a GET/HEAD body past 64 KiB: 413
+    "slow_client",  # a body not sent, or the answer not read, within 10 s
+    "tls_handshake",  # plain HTTP to the TLS port, a failed handshake, a SAN not allowed
+]
+
+
+class HttpRefusalLabels(TypedDict):
+    reason: HttpRefusalReason
+
+
+HTTP_CONNECTIONS_REFUSED = Counter(
+    "gpu_exporter_http_connections_refused_total",
+    "Connections the HTTP front refused or closed early, by reason (each counted once).",
+    S, HttpRefusalLabels,
+    sources="the HTTP front's limits (docs/web-front.md); every reason is reported, 0 "
+    "until it happens",
+)
+
 PROCESSES_FOLDED = Counter(
     "gpu_exporter_processes_folded_total",
     "Processes beyond --processes.max-per-gpu on a GPU, reported in its "
     "process_executable_name=\"other\" series; each counted once.", S, NoLabels,
+)
+
+DRA_DEVICES_UNRESOLVED = Gauge(
+    "gpu_exporter_dra_devices_unresolved",
+    "Devices of GPU drivers' DRA claims that the kubelet lists and the node's CDI specs "
+    "do not resolve to a GPU (never guessed: processes.dra names them); absent until "
+    "the kubelet has listed a claim, and while it does not answer.", S, NoLabels,
 )
 
 CATALOGUE: tuple[Family[Any], ...] = tuple(

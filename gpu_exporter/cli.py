@@ -278,6 +278,7 @@ def serve(params: dict[str, Any]) -> None:
             ))
         except ListenError as exc:
             _fault(EXIT_LISTEN, str(exc))
+        exporter.http_refusals = bound[0].refusal_counts
 
     exporter = _start(params, prepare=bind)
     server = bound[0]

@@ -4,13 +4,12 @@ scrape."""
 
 from __future__ import annotations
 
-import gc
 import logging
 import platform
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, cast
@@ -25,7 +24,7 @@ from prometheus_client.core import Sample as PromSample
 from prometheus_client.registry import Collector as PromCollector
 from prometheus_client.registry import CollectorRegistry
 
-from gpu_exporter import __version__, device_families, family, process_energy
+from gpu_exporter import __version__, device_families, family, gcpause, process_energy
 from gpu_exporter import catalogue as c
 from gpu_exporter.collectors.base import (
     Availability,
@@ -74,43 +73,6 @@ class ScrapeResult:
     finished: float
 
 
-class _GcPause:
-    """No cyclic garbage collection from the start of a scrape until its response is
-    rendered. A scrape makes a tuple per series (and dicts, records) that all stay
-    alive until the response is written and are then freed by their reference counts:
-    a collection in the middle of it only walks live objects (0.6 ms a scrape at 1 GPU,
-    2.9 ms at 64 with a full pass every few scrapes, docs/performance.md). Counted, for
-    scrapes that overlap; left alone when something else turned collection off."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._depth = 0
-        self._ours = False  # collection was on when the first pause began
-
-    def begin(self) -> None:
-        with self._lock:
-            if self._depth == 0:
-                self._ours = gc.isenabled()
-                gc.disable()
-            self._depth += 1
-
-    def end(self) -> None:
-        with self._lock:
-            self._depth -= 1
-            if self._depth == 0 and self._ours:
-                gc.enable()
-                # The young generation's collection that the scrape made due runs now,
-                # in the scrape that made it due: over what outlives the scrape (the
-                # state kept for the next one), once, not over every series.
-                (young, middle, _), (every, every_middle, _) = (gc.get_count(),
-                                                                gc.get_threshold())
-                if young > every:
-                    gc.collect(1 if middle >= every_middle else 0)
-
-
-_gc_pause = _GcPause()
-
-
 class _HandedOut:
     """`families` one by one; the pause ends once they are rendered: the iterator used
     up, or dropped, even before its first item (a generator's `finally` would not run
@@ -134,7 +96,7 @@ class _HandedOut:
     def _end(self) -> None:
         if self._it is not None:
             self._it = None
-            _gc_pause.end()
+            gcpause.PAUSE.end()
 
     def __del__(self) -> None:
         self._end()
@@ -159,6 +121,9 @@ class GpuExporterCollector(PromCollector):
         self._build_labels = known(
             c.BuildLabels, version=__version__, python_version=platform.python_version(),
             nvml_bindings_version=_nvml_bindings_version())
+        # The HTTP front's connections refused or closed early, by reason (`serve` sets
+        # it: the server sits above the exporter; `dump` and `doctor` have none).
+        self.http_refusals: Callable[[], Mapping[c.HttpRefusalReason, int]] | None = None
 
     # -- life cycle ------------------------------------------------------------------
     def start(self) -> dict[str, Availability]:
@@ -171,7 +136,7 @@ class GpuExporterCollector(PromCollector):
             collector = cls(self.settings)
             worker = Worker(cls.name)
             # Started on the thread that will collect (as later retries are): what start()
-            # opens with per-thread state (pyroute2's event loop, for one) is then used
+            # opens with per-thread state (a library's event loop, say) is then used
             # on the thread that made it, instead of leaking a new loop every scrape.
             job = worker.submit(partial(_start_collector, collector))
             job.done.wait()
@@ -240,11 +205,11 @@ class GpuExporterCollector(PromCollector):
 
     def collect(self) -> Iterator[PromMetric]:
         arrived = time.monotonic()
-        _gc_pause.begin()
+        gcpause.PAUSE.begin()
         try:
             families = self._collect(arrived)
         except BaseException:
-            _gc_pause.end()
+            gcpause.PAUSE.end()
             raise
         return _HandedOut(families)
 
@@ -405,6 +370,9 @@ class GpuExporterCollector(PromCollector):
         for name in sorted(success):
             c.COLLECTOR_SUCCESS.emit(out, 1 if success[name] else 0, {"collector": name})
             c.COLLECTOR_DURATION.emit(out, duration.get(name, 0.0), {"collector": name})
+        if self.http_refusals is not None:
+            for reason, n in sorted(self.http_refusals().items()):
+                c.HTTP_CONNECTIONS_REFUSED.emit(out, n, {"reason": reason})
         features = self.availability()
         self._tell(features)
         for f in sorted(features, key=lambda f: (f.name, f.hw_id or "")):

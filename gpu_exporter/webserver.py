@@ -15,7 +15,9 @@ whole (the measurements that chose this design are in docs/web-front.md):
   descriptor limit the accept loop backs off instead of spinning;
 - bodies of GET and HEAD requests are read and discarded up to `MAX_BODY_BYTES`, larger
   ones are refused (413); other methods are answered and the connection closed;
-- a client that goes away is one debug line; no traceback ever reaches stderr.
+- a client that goes away is one debug line; no traceback ever reaches stderr;
+- each connection refused or closed early is counted by its reason
+  (`refusal_counts()`, the exporter's gpu_exporter_http_connections_refused_total).
 """
 
 from __future__ import annotations
@@ -33,10 +35,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from email.utils import formatdate
 from http import HTTPStatus
-from typing import Any
+from typing import Any, get_args
 
 import h11
 
+from gpu_exporter.catalogue import HttpRefusalReason
 from gpu_exporter.logs import forget, log_once
 from gpu_exporter.webconfig import CertificateReloader
 
@@ -153,8 +156,17 @@ class HttpServer:
         self.socket = _listen(address)
         self.server_address = self.socket.getsockname()
         self._stop_requested = False
-        self.refused = 0  # connections refused for want of room (logged at debug)
-        self.evicted = 0
+        # Connections refused or closed early, by reason: counted on the event loop's
+        # thread, read (copied) by scrapes on theirs. Every reason from the start.
+        self._refusals: dict[HttpRefusalReason, int] = dict.fromkeys(
+            get_args(HttpRefusalReason), 0)
+
+    def refusal_counts(self) -> dict[HttpRefusalReason, int]:
+        """The connections refused or closed early so far, by reason."""
+        return dict(self._refusals)
+
+    def _refused(self, reason: HttpRefusalReason) -> None:
+        self._refusals[reason] += 1
 
     # --- life cycle, from other threads
 
@@ -216,7 +228,7 @@ class HttpServer:
                                 "ulimit -n); closing the oldest idle connection and retrying",
                                 exc.strerror or exc)
                     exhausted = True
-                self._evict_one()
+                self._evict_one("file_descriptor_limit")
                 await asyncio.sleep(ACCEPT_BACKOFF_SECONDS)
                 continue
             exhausted = False
@@ -230,8 +242,8 @@ class HttpServer:
                          "all are busy", self._limits.max_connections)
             elif len(self._conns) < self._limits.max_connections // 2:
                 forget(log, "connections-full")
-            if full and not self._evict_one():
-                self.refused += 1
+            if full and not self._evict_one("evicted"):
+                self._refused("connection_limit")
                 log.debug("refused a connection from %s: %d connections, all busy",
                           peer, len(self._conns))
                 _reset(sock)
@@ -247,12 +259,12 @@ class HttpServer:
             # before the next one.
             await asyncio.sleep(0)
 
-    def _evict_one(self) -> bool:
+    def _evict_one(self, reason: HttpRefusalReason) -> bool:
         waiting = [c for c in self._conns.values() if c.waiting]
         if not waiting:
             return False
         oldest = min(waiting, key=lambda c: c.since)
-        self.evicted += 1
+        self._refused(reason)
         self._conns.pop(oldest.ident, None)
         oldest.abort()
         return True
@@ -300,9 +312,14 @@ class HttpServer:
         ctx: ssl.SSLContext | None = None
         if self._tls is not None:
             # Plain HTTP to the TLS port gets Go's 400, like exporter-toolkit.
-            async with _deadline(deadline):
-                first = await _peek(sock)
+            try:
+                async with _deadline(deadline):
+                    first = await _peek(sock)
+            except TimeoutError:
+                self._refused("head_timeout")
+                raise
             if first and first[0] != _TLS_HANDSHAKE_RECORD:
+                self._refused("tls_handshake")
                 await loop.sock_sendall(sock, _PLAIN_HTTP_TO_TLS)
                 await _linger_raw(sock)
                 return None
@@ -320,11 +337,15 @@ class HttpServer:
                     lambda: protocol, sock, ssl=ctx, ssl_handshake_timeout=remaining)
             except (OSError, TimeoutError, ConnectionError) as exc:
                 log.debug("TLS handshake with %s failed: %s", conn.peer, exc)
+                # asyncio ends a handshake past its timeout with ConnectionAbortedError.
+                late = isinstance(exc, TimeoutError) or time.monotonic() >= deadline
+                self._refused("head_timeout" if late else "tls_handshake")
                 return None
         writer = asyncio.StreamWriter(transport, protocol, reader, loop)
         if ctx is not None and self._client_allowed_sans and not _san_allowed(
                 transport.get_extra_info("peercert"), self._client_allowed_sans):
             log.debug("client certificate of %s has none of the allowed SANs", conn.peer)
+            self._refused("tls_handshake")
             transport.abort()
             return None
         return reader, writer
@@ -332,6 +353,7 @@ class HttpServer:
     async def _requests(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                         conn: _Conn, deadline: float) -> None:
         h = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
+        first = True
         while True:
             conn.waiting, conn.since = True, time.monotonic()
             try:
@@ -340,11 +362,18 @@ class HttpServer:
             except TimeoutError:
                 log.debug("closing the connection of %s: no complete request head within "
                           "%gs", conn.peer, self._limits.read_header_timeout)
+                # A kept-alive connection that sent nothing more is a client's idle
+                # connection ending as it should (Prometheus keeps them between scrapes);
+                # a first head, or a part of one, that did not come in time is counted.
+                if first or h.trailing_data[0]:
+                    self._refused("head_timeout")
                 return
             except h11.RemoteProtocolError as exc:
                 # A partial head and then end of file is one too: answered, in case the
                 # client only shut down its sending side.
                 log.debug("bad request from %s: %s", conn.peer, exc)
+                self._refused("head_too_large" if exc.error_status_hint == 431
+                              else "malformed_request")
                 await self._send(writer, h, None, error_response(
                     exc.error_status_hint, _protocol_message(exc)), conn)
                 await _linger(writer, reader)
@@ -369,6 +398,7 @@ class HttpServer:
             if response.close or h.our_state is not h11.DONE:
                 return
             h.start_next_cycle()
+            first = False
             deadline = time.monotonic() + self._limits.read_header_timeout
 
     async def _prepare(self, h: h11.Connection, reader: asyncio.StreamReader,
@@ -376,10 +406,12 @@ class HttpServer:
                        ) -> Response | None:
         """Refuse what is not a request we answer, and read the body of one we do."""
         if not event.http_version.startswith(b"1."):
+            self._refused("malformed_request")
             return error_response(505, "HTTP Version Not Supported")
         names = [n for n, _ in event.headers]
         if b"transfer-encoding" in names and b"content-length" in names:
             # RFC 9112 section 6.1: a message with both is a smuggling attempt.
+            self._refused("malformed_request")
             return error_response(400, "both Transfer-Encoding and Content-Length")
         if request.method not in ("GET", "HEAD"):
             return None  # the handler answers (401 or 405) and the connection closes
@@ -396,10 +428,14 @@ class HttpServer:
                     if isinstance(nxt, h11.Data):
                         received += len(nxt.data)
                         if received > MAX_BODY_BYTES:
+                            self._refused("body_too_large")
                             return error_response(413, "request body too large")
                         continue
                     raise _Closed
         except TimeoutError:
+            log.debug("client %s did not send its request body within %gs", request.peer,
+                      IO_TIMEOUT_SECONDS)
+            self._refused("slow_client")
             raise _Closed from None
 
     async def _send(self, writer: asyncio.StreamWriter, h: h11.Connection,
@@ -426,6 +462,7 @@ class HttpServer:
         except TimeoutError:
             log.debug("client %s did not read its response within %gs", conn.peer,
                       IO_TIMEOUT_SECONDS)
+            self._refused("slow_client")
             raise _Closed from None
         except OSError as exc:
             log.debug("client %s went away mid-response: %s", conn.peer,
@@ -455,12 +492,19 @@ def _raw_response(status: int, headers: list[tuple[str, str]], body: bytes) -> b
 
 
 async def _next(h: h11.Connection, reader: asyncio.StreamReader) -> Any:
-    """The next h11 event, reading as needed (at most READ_CHUNK at a time: h11 refuses a
-    head past MAX_HEAD_BYTES as soon as its buffer holds that much)."""
+    """The next h11 event, reading as needed: at most READ_CHUNK at a time, and while a
+    head is awaited no more than MAX_HEAD_BYTES in all. (h11 measures only a head it has
+    not found the end of, so a longer head read in one go, up to two chunks, would pass.)"""
     while True:
         event = h.next_event()
         if event is h11.NEED_DATA:
-            h.receive_data(await reader.read(READ_CHUNK))
+            size = READ_CHUNK
+            if h.their_state is h11.IDLE:
+                size = min(size, MAX_HEAD_BYTES - len(h.trailing_data[0]))
+                if size <= 0:
+                    raise h11.RemoteProtocolError("request head too long",
+                                                  error_status_hint=431)
+            h.receive_data(await reader.read(size))
             continue
         if event is h11.PAUSED:
             return None

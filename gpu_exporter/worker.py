@@ -21,7 +21,7 @@ class Busy(Exception):
 
 class Job(Generic[T]):
     def __init__(self, fn: Callable[[], T]) -> None:
-        self.fn = fn
+        self.fn: Callable[[], T] | None = fn
         self.done = threading.Event()
         self.result: T | None = None
         self.error: BaseException | None = None
@@ -70,9 +70,15 @@ class Worker:
             job = self._jobs.get()
             if job is None:
                 return
+            fn, job.fn = job.fn, None
             try:
-                job.result = job.fn()
+                job.result = fn()  # type: ignore[misc]
             except BaseException as exc:  # handed to the caller
                 job.error = exc
             finally:
+                # The worker keeps its last job (to refuse new ones while it runs), not
+                # what the job closed over: a scrape's sinks, every series it emitted,
+                # would otherwise live until the next scrape and be walked by the
+                # garbage collector at the end of this one (docs/performance.md).
+                del fn
                 job.done.set()

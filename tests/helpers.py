@@ -39,11 +39,13 @@ def free_port() -> int:
 
 
 def run_cli(
-    args: Sequence[str], env: Mapping[str, str] | None = None, timeout: float = 60
+    args: Sequence[str], env: Mapping[str, str] | None = None, timeout: float = 60,
+    prefix: Sequence[str] = (),
 ) -> subprocess.CompletedProcess[str]:
     full_env = {**os.environ, **(env or {})}
     return subprocess.run(
-        [EXPORTER, *args], env=full_env, capture_output=True, text=True, timeout=timeout
+        [*prefix, EXPORTER, *args], env=full_env, capture_output=True, text=True,
+        timeout=timeout,
     )
 
 
@@ -111,14 +113,16 @@ class Exporter:
 @contextmanager
 def exporter(
     args: Sequence[str] = (), env: Mapping[str, str] | None = None, start_timeout: float = 30,
+    prefix: Sequence[str] = (),
 ) -> Iterator[Exporter]:
-    """Start the real exporter as a process on a free loopback port."""
+    """Start the real exporter as a process on a free loopback port (`prefix`: a program
+    that runs it, e.g. `setarch linux32`)."""
     port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "exporter.log"
         with open(log, "wb") as logf:
             proc = subprocess.Popen(
-                [EXPORTER, f"--web.listen-address=127.0.0.1:{port}", *args],
+                [*prefix, EXPORTER, f"--web.listen-address=127.0.0.1:{port}", *args],
                 env={**os.environ, **(env or {})}, stdout=logf, stderr=subprocess.STDOUT,
             )
         exp = Exporter(proc, port, log)

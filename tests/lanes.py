@@ -57,6 +57,7 @@ PATHS: Mapping[str, tuple[str, ...]] = {
     "tests/host/": ("root",),
     # every attack is made on a running exporter, some through helpers of this file's own
     "tests/drills/test_http_attacks.py": ("exporter",),
+    "tests/drills/test_http_refusals.py": ("exporter",),
     # Debian's bcc (python3-bpfcc) linked into a venv
     "tests/deploy/test_venv.py": ("bcc",),
 }

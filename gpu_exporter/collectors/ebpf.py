@@ -18,7 +18,7 @@ from gpu_exporter.collectors.sysfs_gpus import drm_clients
 from gpu_exporter.family import Buckets
 from gpu_exporter.settings import Option, Settings
 from gpu_exporter.sources import files
-from gpu_exporter.sources.ebpf import hip_devices
+from gpu_exporter.sources.ebpf import arch, hip_devices
 from gpu_exporter.sources.ebpf.attach import MECHANISMS
 from gpu_exporter.sources.ebpf.reading import CallHistogram, CudaActivity, NvmlView
 from gpu_exporter.sources.nvml import processes as nvml_processes
@@ -108,7 +108,8 @@ class EbpfCollector(Collector):
     name: ClassVar[str] = "ebpf"
     help: ClassVar[str] = ("CUDA and HIP kernel launches, copies, allocations and "
                            "synchronisations from uprobes on libcudart/libcuda and AMD's "
-                           "libamdhip64 (root, Linux; also OTEL_GPU_EBPF_ENABLED=true).")
+                           "libamdhip64 (root, Linux on x86-64; also "
+                           "OTEL_GPU_EBPF_ENABLED=true).")
     default_enabled: ClassVar[bool] = False
     options: ClassVar[Sequence[Option[Any]]] = (NAMES_MAX, PID_LABEL, RESCAN_INTERVAL,
                                                 ATTACH_MECHANISM)
@@ -130,6 +131,10 @@ class EbpfCollector(Collector):
             return Availability.enabled()
         if platform.system() != "Linux":
             return Availability.unavailable(f"eBPF needs Linux, this is {platform.system()}")
+        # Before bcc: on a CPU the probes are not built for, nothing below may run.
+        other_cpu = arch.unsupported()
+        if other_cpu is not None:
+            return other_cpu
         try:
             import bcc
         except ImportError as exc:

@@ -57,15 +57,13 @@ class NvidiaCollector(Collector):
         self._stack: nvml_stack.NvmlStack | None = None
         self._lanes: Lanes[int, values.DeviceResult] = Lanes("nvidia")
         self._acpi_module = False
+        self._acpi_checked = 0.0  # time.monotonic() of the last look for that meter
 
     # -- life cycle ------------------------------------------------------------------
     def start(self) -> Availability:
         if self._stack is None:
             self._stack = nvml_stack.attach(self.settings)
-        # The ladder (docs/node-power.md): an ACPI "Module Power Socket" meter gives the
-        # module rail before NVML's module scope, which is then not reported.
-        self._acpi_module = any(m.rail == "module" for m in
-                                power_meter.find_meters(self.settings.sysfs))
+        self._check_acpi_module()
         deadline = time.monotonic() + self.settings.scrape_timeout_seconds
         try:
             session = self._stack.session(deadline, force=True, wait=True)
@@ -79,6 +77,16 @@ class NvidiaCollector(Collector):
                 f"{len(missing)} GPU(s) known to the driver or the PCI bus, read as "
                 f"hw_gpu_up 0 without NVML (see nvidia.nvml, nvidia.pci)")
         return Availability.enabled(session.summary())
+
+    def _check_acpi_module(self) -> None:
+        """The ladder (docs/node-power.md): an ACPI "Module Power Socket" meter gives the
+        module rail before NVML's module scope, which is then not reported. Looked for
+        again every retry interval, as the power collector looks for its meters: one
+        registered after start (acpi_power_meter loaded late) must not be counted
+        beside NVML's module under another id."""
+        self._acpi_checked = time.monotonic()
+        self._acpi_module = any(m.rail == "module" for m in
+                                power_meter.find_meters(self.settings.sysfs))
 
     def close(self) -> None:
         if self._stack is not None:
@@ -192,7 +200,7 @@ class NvidiaCollector(Collector):
         modules: dict[int, float] = {}
         for index, dev in devices:
             key = dev.identity.key
-            down = values.down(dev)
+            got: tuple[GpuReading, ...] | None = None  # None: identity only (values.down)
             if index in run.busy:
                 sink.fail(f"{key}:busy",
                           f"GPU {key} is still stuck in an NVML call from an earlier scrape")
@@ -208,12 +216,17 @@ class NvidiaCollector(Collector):
                 elif error is not None:
                     raise error
                 elif result is not None:
-                    down = result.readings
+                    got = result.readings
                     if dev.module_id is not None and result.module_power_watts is not None:
                         modules.setdefault(dev.module_id, result.module_power_watts)
                     for fkey, message in result.failures:
                         sink.fail(fkey, message)
-            readings.extend(down)
+            # The identity-only readings are made only for a GPU that did not answer: a
+            # reading is a large frozen record, and eight of them a scrape showed.
+            readings.extend(got if got is not None else values.down(dev))
+        if modules and (time.monotonic() - self._acpi_checked
+                        >= self.settings.retry_interval_seconds):
+            self._check_acpi_module()
         if not self._acpi_module:
             for module, watts in sorted(modules.items()):
                 c.HW_POWER.emit(sink, watts, {"hw_type": "module", "hw_id": f"module{module}",

@@ -10,12 +10,18 @@ other is not reported, so that a sum over rails never counts one twice:
 2. RAPL through powercap: package (the socket envelope, the ACPI "socket" rail), DRAM
    and core counters of x86 sockets.
 
+Sources are found at start and again every --collector.retry-interval (a zone whose
+driver loads later is read without a restart); each value is read through a held
+descriptor, one pread a scrape (`files.HeldFile`), closed when its source is found no
+more or the collector closes.
+
 docs/node-power.md holds the ladder, the rails and what each deploy file grants.
 """
 
 from __future__ import annotations
 
 import errno
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,7 +30,7 @@ from gpu_exporter import catalogue as c
 from gpu_exporter.collectors.base import Availability, Collector, Feature, Sink
 from gpu_exporter.sources import files
 from gpu_exporter.sources.sysfs import power_meter, powercap
-from gpu_exporter.sources.sysfs.sysfs import Problems, listing
+from gpu_exporter.sources.sysfs.sysfs import Problems
 
 # Rails that measure the same thing under the names of two sources.
 SAME_RAIL = {"package": "socket"}
@@ -33,7 +39,9 @@ RAPL_FIX = (
     "(deploy/kubernetes does: runAsUser 0, no capabilities), or give its group read "
     "access (systemd-tmpfiles: `z /sys/class/powercap/intel-rapl:*/energy_uj 0440 root "
     "<group>`, reopening that side channel to that group only); the Dockerfile's user "
-    "10001 and deploy/systemd's DynamicUser cannot read it. docs/node-power.md")
+    "10001, deploy/compose's compose.yaml and deploy/systemd's DynamicUser cannot read "
+    "it (their eBPF and process-fdinfo variants can: uid 0 or CAP_DAC_READ_SEARCH). "
+    "docs/node-power.md")
 
 
 @dataclass(frozen=True)
@@ -70,31 +78,53 @@ class PowerCollector(Collector):
             "meters, RAPL).")
 
     def start(self) -> Availability:
-        sysfs = self.settings.sysfs
-        self._problems = Problems()
-        self._meters = power_meter.find_meters(sysfs)
-        zones = powercap.find_zones(sysfs, self._problems)
+        self._meters: list[power_meter.Meter] = []
+        self._zones: list[powercap.Zone] = []
         self._totals = powercap.EnergyTotals()
         self._last: dict[str, tuple[float, float]] = {}  # zone -> (monotonic, joules)
-        taken = {_Rail(m.hw_type, m.hw_id, m.rail).key for m in self._meters}
-        self._shadowed = [z for z in zones if _Rail(z.hw_type, z.hw_id, z.rail).key in taken]
-        self._zones = [z for z in zones if z not in self._shadowed]
-        self._acpi = self._meter_state(sysfs)
-        self._rapl = self._rapl_state(sysfs, zones)
-        if self._rapl.state != "enabled":
-            self._zones = []
-        if not self._meters and not zones:
+        found = self._discover()
+        if not found:
             # nothing to report: doctor shows the collector alone, so it says both
             return Availability.unavailable(
                 f"{self._acpi.reason}; {self._rapl.reason}",
                 f"{self._acpi.fix}; {self._rapl.fix}")
         return Availability.enabled()
 
+    def _discover(self) -> bool:
+        """Finds the meters and zones (again), sets the features' states; False when
+        there is none. As node_exporter's hwmon and rapl collectors would, the exporter
+        sees a source that appears later (intel_rapl_msr or acpi_power_meter loaded
+        after it started, a zone the driver registers late) and stops reading one that
+        went: `collect` looks again every --collector.retry-interval. The counters'
+        totals are kept across it, so a zone found again never goes back."""
+        sysfs = self.settings.sysfs
+        problems = Problems()
+        meters = power_meter.find_meters(sysfs)
+        zones = powercap.find_zones(sysfs, problems)
+        power_meter.close(self._meters)
+        powercap.close(self._zones)
+        self._found_at = time.monotonic()
+        self._problems = problems
+        self._meters = meters
+        taken = {_Rail(m.hw_type, m.hw_id, m.rail).key for m in meters}
+        self._shadowed = [z for z in zones if _Rail(z.hw_type, z.hw_id, z.rail).key in taken]
+        self._zones = [z for z in zones if z not in self._shadowed]
+        self._acpi = self._meter_state(sysfs)
+        self._rapl = self._rapl_state(sysfs, zones)
+        if self._rapl.state != "enabled":
+            powercap.close(self._zones)
+            self._zones = []
+        return bool(meters or zones)
+
+    def close(self) -> None:
+        power_meter.close(getattr(self, "_meters", ()))
+        powercap.close(getattr(self, "_zones", ()))
+
     def _meter_state(self, sysfs: str) -> Availability:
         if self._meters:
             return Availability.enabled(f"{len(self._meters)} meter(s): " + ", ".join(
                 f"{m.hw_id} {m.rail}" for m in self._meters))
-        if not listing(f"{sysfs}/class/hwmon"):
+        if not os.path.isdir(f"{sysfs}/class/hwmon"):  # empty is fine: a VM has none
             return Availability.unavailable(
                 f"{sysfs}/class/hwmon cannot be listed",
                 "pass --path.sysfs=<the host's /sys> (a container mounts it read-only)")
@@ -119,6 +149,8 @@ class PowerCollector(Collector):
         return [Feature("acpi_power_meter", self._acpi), Feature("rapl", self._rapl)]
 
     def collect(self, sink: Sink) -> None:
+        if time.monotonic() - self._found_at >= self.settings.retry_interval_seconds:
+            self._discover()
         problems = Problems()
         for meter in self._meters:
             watts = power_meter.read_watts(meter, problems)

@@ -307,6 +307,8 @@ class ProcessesCollector(Collector):
                 "the exporter asks again every scrape")
             return None
         self._dra_state(allocations.unresolved)
+        if self._cdi is not None:  # a claim was listed once: from then on a count
+            c.DRA_DEVICES_UNRESOLVED.emit(sink, len(allocations.unresolved), {})
         return self._running(allocations.by_device)
 
     def _cdi_resolver(self) -> Callable[[str], str | None]:
@@ -315,9 +317,27 @@ class ProcessesCollector(Collector):
         self._cdi = cdi.load(self._cdi_dirs)
         gpus = read_driver_gpus(self.settings.procfs, self.settings.get(DEVFS),
                                 self.settings.sysfs)
-        minors = {g.minor: g.uuid for g in (gpus.gpus if gpus else ())
-                  if g.minor is not None and g.uuid}
-        return cdi.resolver(self._cdi, self.settings.sysfs, minors)
+        known = [g for g in (gpus.gpus if gpus else ()) if g.uuid]
+        minors = {g.minor: g.uuid for g in known if g.minor is not None and g.uuid}
+        return cdi.resolver(self._cdi, self.settings.sysfs, minors,
+                            cdi.read_mig_minors(self.settings.procfs), self._migs(minors),
+                            {g.pci_address: g.uuid for g in known if g.uuid})
+
+    def _migs(self, minors: Mapping[int, str]) -> dict[tuple[int, int, int], str]:
+        """(parent minor, GPU instance, compute instance) -> MIG device key, from the
+        MIG devices of the current NVML session (none without one)."""
+        session = self._nvml.current
+        if session is None or session.gone:
+            return {}
+        minor_of = {uuid: minor for minor, uuid in minors.items()}
+        out: dict[tuple[int, int, int], str] = {}
+        for dev in session.devices.values():
+            parent = minor_of.get(dev.identity.hw_id or "")
+            for mig in dev.migs:
+                gi, ci = mig.instance or (None, None)
+                if parent is not None and gi is not None and ci is not None:
+                    out[(parent, gi, ci)] = mig.identity.key
+        return out
 
     def _dra_state(self, unresolved: Sequence[str]) -> None:
         """`processes.dra`: whether every GPU the kubelet reports through a DRA claim
@@ -330,8 +350,9 @@ class ProcessesCollector(Collector):
                 f"{len(unresolved)} DRA device(s) not resolved to a GPU: "
                 + "; ".join(problems[:5]),
                 "mount the DRA drivers' CDI spec directories read-only ("
-                + ",".join(self._cdi_dirs) + ", --processes.cdi-spec-dirs); MIG devices "
-                "through DRA are not resolved yet")
+                + ",".join(self._cdi_dirs) + ", --processes.cdi-spec-dirs) and the "
+                "host's /proc (--path.procfs: the NVIDIA driver's GPU minors, "
+                "driver/nvidia-caps/mig-minors for MIG devices)")
         else:
             self._features["dra"] = Availability.enabled(", ".join(self._cdi_dirs))
 

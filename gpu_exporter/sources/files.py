@@ -12,6 +12,11 @@ it never waits on the file and never holds more of it than its caller's cap.
   of a file that may legitimately be long (`/proc/stat`'s first line), and is the one
   read of a sysfs attribute (`sources.sysfs.sysfs`).
 
+- Held (`HeldFile`): a value read every scrape (a power meter, an energy counter) may
+  be opened once, checked once, and read from its start each time with `pread`: the
+  open descriptor names one inode, which no later swap of the path can turn into a
+  FIFO or a device, so the check of the open holds for every read after it.
+
 A refused file raises `Refused`, an OSError with a message that says why ("is a FIFO,
 not a regular file", "is larger than 1048576 bytes"), so that every caller that already
 turns an OSError into a missing value, a `sink.fail` or a feature state reports it.
@@ -124,3 +129,55 @@ def open_regular(path: str | os.PathLike[str]) -> int:
     """A descriptor of a regular file (no size cap: an ELF library to map), opened
     without waiting and without opening a device; the caller closes it."""
     return _open(path, None)
+
+
+class HeldFile:
+    """A sysfs attribute read every scrape through one descriptor: opened (and checked,
+    as `head` checks) at its first read, then read from offset 0 with one `pread` each
+    time. A sysfs attribute hands out its value afresh at offset 0 (kernfs files are
+    seq_files, and seq_read_iter restarts its iterator there: fs/seq_file.c), so this
+    reads what open/read/close would, in one system call instead of three (four with
+    the check). A read that fails (ENODEV: the driver unloaded, the device gone) closes
+    the descriptor and raises; the next read opens the path again. The caller closes it
+    when it stops reading (a finalizer closes one it forgot)."""
+
+    __slots__ = ("_fd", "path", "size")
+
+    def __init__(self, path: str, size: int) -> None:
+        self.path = path
+        self.size = size
+        self._fd: int | None = None
+
+    def read(self) -> bytes:
+        """At most `size` bytes from the start of the file; OSError when it cannot be
+        opened or read, `Refused` when it is not a regular file or longer than `size`."""
+        fd = self._fd
+        if fd is None:
+            fd = os.open(self.path, _FLAGS)
+            try:
+                st = os.fstat(fd)
+                if not _S_ISREG(st.st_mode):
+                    raise Refused(self.path, f"is {_kind(st.st_mode)}, not a regular file")
+                if st.st_size > self.size:
+                    raise Refused(self.path, f"is larger than {self.size} bytes "
+                                             f"({st.st_size})", errno.EFBIG)
+            except BaseException:
+                os.close(fd)
+                raise
+            self._fd = fd
+        try:
+            return os.pread(fd, self.size, 0)
+        except BaseException:
+            self.close()
+            raise
+
+    # bound here: a finalizer run while the interpreter exits may find `os` torn down
+    _close = staticmethod(os.close)
+
+    def close(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            self._close(fd)
+
+    def __del__(self) -> None:
+        self.close()

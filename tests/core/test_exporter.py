@@ -248,6 +248,30 @@ def test_no_cyclic_garbage_collection_until_the_scrape_is_rendered() -> None:
         exp.close()
 
 
+def test_a_scrapes_series_do_not_outlive_it() -> None:
+    """Once a scrape is rendered nothing keeps its Sinks (and every series in them)
+    alive until the next scrape: the young collection at the end of each scrape would
+    walk them all (docs/performance.md, issue #26 second pass)."""
+
+    class Emits(Enabled):
+        name = "outlives"  # this test's sinks only (others may still run elsewhere)
+        help = "emits one series"
+
+        def collect(self, sink: Sink) -> None:
+            c.SYSTEM_MEMORY_UTILIZATION.emit(sink, 0.5, {})
+
+    exp = _exporter(Emits)
+    try:
+        _scrape(exp)
+        assert value(parse(_scrape(exp)), "system_memory_utilization_ratio") == 0.5
+        gc.collect()  # only what is still referenced remains
+        kept = [o for o in gc.get_objects()
+                if isinstance(o, Sink) and o.collector == "outlives"]
+        assert kept == [], f"{len(kept)} sinks of an ended scrape still referenced"
+    finally:
+        exp.close()
+
+
 class Partial(Enabled):
     """A collector with a host-wide feature and one whose state differs per device."""
 

@@ -44,6 +44,33 @@ def test_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path: Path) -> None:
     assert isinstance(got, files.Refused), got
 
 
+def test_a_held_file_is_checked_once_and_read_afresh_from_its_start(tmp_path: Path
+                                                                   ) -> None:
+    """A value read every scrape through one descriptor: a change written in place is
+    read (pread from offset 0), a swap of the path is not seen while it is held (the
+    descriptor names its inode: nothing swapped in can be a FIFO or a device), a closed
+    one opens the path again, and what the path then holds is checked again."""
+    value = tmp_path / "energy_uj"
+    value.write_text("1000\n")
+    held = files.HeldFile(str(value), CAP)
+    assert held.read() == b"1000\n"
+    value.write_text("2000000\n")  # in place, as the kernel's value changes
+    assert held.read() == b"2000000\n"
+    value.rename(tmp_path / "old")
+    os.mkfifo(value)
+    assert held.read() == b"2000000\n"  # its own inode still
+    held.close()
+    got = _in_thread(held.read)
+    assert isinstance(got, files.Refused), got
+    assert "is a FIFO, not a regular file" in str(got)
+    value.unlink()
+    with pytest.raises(FileNotFoundError):
+        held.read()
+    value.write_text("1" * (CAP + 1))
+    with pytest.raises(files.Refused, match="is larger than"):
+        held.read()
+
+
 def test_a_fifo_with_a_writer_is_not_read_either(tmp_path: Path) -> None:
     fifo = tmp_path / "meminfo"
     os.mkfifo(fifo)

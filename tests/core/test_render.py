@@ -9,6 +9,7 @@ for)."""
 from __future__ import annotations
 
 import asyncio
+import copy
 import gzip
 import math
 from collections.abc import Iterator
@@ -145,6 +146,42 @@ def test_random_families_render_as_prometheus_client_does(
     assert_same(registry_of(first), renderer)
     # Another scrape with other series (some shared): label text kept from the last one.
     assert_same(registry_of(second + first[:2]), renderer)
+
+
+def _revalued(families: list[Metric], values: list[object]) -> list[Metric]:
+    """The same series with other values (as the next scrape has them)."""
+    out = []
+    for i, fam in enumerate(families):
+        again = copy.copy(fam)
+        again.samples = [s._replace(value=values[(i + j) % len(values)])
+                         for j, s in enumerate(fam.samples)]
+        out.append(again)
+    return out
+
+
+_changed = st.lists(st.one_of(_value, st.sampled_from([0.0, -0.0, 0, 1, 1.0, True])),
+                    min_size=1, max_size=8)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(families(), _changed)
+def test_a_series_whose_value_changed_is_written_with_the_new_value(
+        first: list[Metric], values: list[object]) -> None:
+    renderer = TextRenderer()
+    assert_same(registry_of(first), renderer)
+    # The next scrape: same series, other values (the line is reused only for the same).
+    assert_same(registry_of(_revalued(first, values)), renderer)
+
+
+def test_equal_values_written_apart_are_written_apart() -> None:
+    """0.0 and -0.0 are equal and written apart; NaN is not equal to itself; 1 and 1.0
+    are written alike: each render writes what prometheus_client writes."""
+    renderer = TextRenderer()
+    for value in (0.0, -0.0, 0, -0.0, 1, 1.0, math.nan, math.nan, math.inf, -math.inf,
+                  2**60 + 1, 2**60, 0.1):
+        family = GaugeMetricFamily("g", "h", labels=["a"])
+        family.add_metric(["x"], value)  # type: ignore[arg-type]
+        assert_same(registry_of([family]), renderer)
 
 
 def test_exemplars_are_rendered_by_the_library() -> None:

@@ -93,6 +93,11 @@ def scenario(cuda_build: Build, tmp_path_factory: pytest.TempPathFactory) -> Ite
                  Workload([drv, "driver", str(DRIVER_N)]),
                  Workload([static, "runtime", "1"]),
                  Workload([unshare, "--mount", "--propagation", "private", "sh", "-c", in_ctr])]
+        # Started now, so that it holds the libraries mapped while the others run and exit:
+        # a library is detached two rescans after its last process exits, and its calls
+        # would be lost if it started after that and ran before the next attach (it did,
+        # on a loaded machine: none of its launches was counted).
+        last = Workload([names, "names", str(MANY_NAMES)])
         assert not (ctr_dir / "libcudart.so.12").exists()  # not from here
         wait_attached(exp, cuda_build.dir)
         wait_attached(exp, ctr_dir)
@@ -111,11 +116,6 @@ def scenario(cuda_build: Build, tmp_path_factory: pytest.TempPathFactory) -> Ite
         seen |= attached(exp)
         late.go()
         # Last, so that the names above are in before the cap.
-        last = Workload([names, "names", str(MANY_NAMES)])
-        # Its library may have been detached meanwhile (the workloads before it exited:
-        # two rescans of 0.2 s) and not attached again yet: it would run unprobed.
-        driver_lib = f"{cuda_build.dir}/libcuda.so.1"
-        wait_until(lambda: driver_lib in attached(exp), f"probes on {driver_lib}")
         last.go()
         # The scrape that the tests read is one taken once the event loop has read the
         # last workload (its events come after everyone else's): on a loaded machine the
@@ -128,7 +128,15 @@ def scenario(cuda_build: Build, tmp_path_factory: pytest.TempPathFactory) -> Ite
             launched = sum(x.value for x in find(s, "gpu_kernel_launch_calls_total",
                                                  process_executable_name="drv_names"))
             synced = find(s, "gpu_sync_duration_seconds_count", process_pid=pid)
-            return text if launched >= MANY_NAMES and synced else ""
+            assert launched >= MANY_NAMES and synced, (
+                f"drv_names launches {launched} of {MANY_NAMES}, its syncs {synced}; "
+                f"exited: {last.proc.poll()}; its series: "
+                + "; ".join(f"{x.name}{x.labels} {x.value}" for x in s
+                            if x.labels.get("process_pid") == pid) + "; "
+                + "; ".join(f"{x.name}{x.labels} {x.value}" for x in s
+                            if x.name.startswith("gpu_exporter_ebpf")
+                            and ("drop" in x.name or "lost" in x.name) and x.value))
+            return text
 
         text = eventually(last_read, 30, "the last workload read")
         pids = frozenset(str(w.proc.pid) for w in [*first, late, last])

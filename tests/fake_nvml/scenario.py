@@ -405,6 +405,9 @@ def mig_a100() -> Scenario:
             "pcie_width_max": 16,
         },
         nvlinks=[NvLink("active", 5000 + link, 6000 + link) for link in range(12)],
+        # NVML_FI_DEV_POWER_AVERAGE exists on Ampere except GA100 and newer: not here
+        # (nvmlDeviceGetPowerUsage answers the instant power instead).
+        field_errors={185: "NOT_SUPPORTED"},
     )
     profiles = [("3g.20gb", 1, 20), ("1g.5gb", 5, 5), ("1g.5gb", 6, 5)]
     for slot, (profile, gi, gib) in enumerate(profiles):

@@ -4,14 +4,21 @@ readers and through the exporter (`dump`, `doctor`, a running exporter)."""
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 
 from gpu_exporter.collectors import REGISTRY
+from gpu_exporter.collectors.power import RAPL_FIX
 from gpu_exporter.sources.sysfs import power_meter, powercap
 from gpu_exporter.sources.sysfs.sysfs import Problems
 from tests.helpers import (
+    REPO,
+    eventually,
     exporter,
     find,
     parse,
@@ -114,6 +121,19 @@ def test_rapl_counter_never_goes_back_across_its_wrap_or_a_restart(tmp_path: Pat
         start + 8 + (top + 1_000_000) / 1e6, abs=1e-6)
 
 
+def test_a_power_file_that_is_not_a_regular_file_is_never_read(tmp_path: Path) -> None:
+    """The held read checks what it opened: a FIFO where power1_average should be is
+    refused (no wait for a writer), a problem, absent."""
+    average = t.power_meter(tmp_path, 1, 0, "", 300_000_000)
+    average.unlink()
+    os.mkfifo(average)
+    [m] = power_meter.find_meters(str(tmp_path))
+    problems = Problems()
+    assert power_meter.read_watts(m, problems) is None
+    assert "is a FIFO, not a regular file" in problems.items[0][1]
+    power_meter.close([m])
+
+
 def test_rapl_value_over_its_range_is_garbage(tmp_path: Path) -> None:
     files = t.amd_epyc(tmp_path)
     files["package-0"].write_text(f"{t.AMD_RANGE_UJ + 1}\n")
@@ -212,3 +232,100 @@ def test_a_running_exporter_counts_across_the_wrap(tmp_path: Path) -> None:
             pytest.approx(first + 1.0, abs=1e-6)
         # power from the counter between scrapes: positive across the wrap
         assert value(s, "hw_power_watts", hw_power_rail="package") > 0
+
+
+def test_sources_that_appear_or_go_while_it_runs(tmp_path: Path) -> None:
+    """As with node_exporter, a RAPL zone whose driver is loaded after the exporter
+    started (intel_rapl_msr) is read without a restart, within the retry interval, and
+    its counter starts at the kernel's value; a meter that goes (acpi_power_meter
+    unloaded, its hwmon removed) stops being reported."""
+    t.power_meter(tmp_path, 1, 0, "", 300_000_000)  # a BMC's whole-system meter
+    with exporter([*flags(tmp_path), "--collector.retry-interval=1"]) as exp:
+        s = parse(exp.scrape())
+        assert value(s, "hw_power_watts", hw_power_rail="system") == 300.0
+        assert feature(s, "rapl") == "disabled"
+        assert not find(s, "hw_energy_joules_total")
+        t.intel_two_sockets(tmp_path, start_uj=7_000_000)
+
+        def zones() -> list[tuple[str, str, float]]:
+            s = parse(exp.scrape())
+            return sorted((x.labels["hw_id"], x.labels["hw_power_rail"], x.value)
+                          for x in find(s, "hw_energy_joules_total"))
+
+        assert eventually(zones, 60, "the RAPL zones loaded later") == [
+            ("socket0", "dram", 7.0), ("socket0", "package", 7.0),
+            ("socket1", "dram", 7.0), ("socket1", "package", 7.0)]
+        assert feature(parse(exp.scrape()), "rapl") == "enabled"
+        (tmp_path / "class" / "hwmon" / "hwmon1").unlink()
+        shutil.rmtree(tmp_path / "devices" / "LNXSYSTM:00")
+        eventually(lambda: not find(parse(exp.scrape()), "hw_power_watts",
+                                    hw_power_rail="system"), 60, "the meter gone")
+        s = parse(exp.scrape())
+        assert feature(s, "acpi_power_meter") == "disabled"
+        assert value(s, "gpu_exporter_collector_success", collector="power") == 1
+        assert len(find(s, "hw_energy_joules_total")) == 4
+        logs = exp.logs()
+    assert "Traceback" not in logs, logs
+
+
+def _reads_root_only_files(uid: int, caps: set[str]) -> bool:
+    """energy_uj is 0400 root: its owner reads it with no capability, anyone else needs
+    one that bypasses read permission."""
+    return uid == 0 or bool(caps & {"DAC_READ_SEARCH", "DAC_OVERRIDE"})
+
+
+def _caps(text: str, pattern: str) -> set[str]:
+    m = re.search(pattern, text, re.M)
+    return {c.strip().removeprefix("CAP_") for c in re.split(r"[\s,]+", m.group(1))
+            if c.strip()} if m else set()
+
+
+def test_what_each_deploy_file_grants_energy_uj_is_what_the_docs_say() -> None:
+    """docs/node-power.md's table of deployments, each row checked against the file it
+    names: whether that deployment's user and capabilities read a root-only file."""
+    deploy = REPO / "deploy"
+    [daemonset] = [d for d in yaml.safe_load_all(
+        (deploy / "kubernetes/base/daemonset.yaml").read_text()) if d["kind"] == "DaemonSet"]
+    security = daemonset["spec"]["template"]["spec"]["containers"][0]["securityContext"]
+    k8s_uid = security["runAsUser"]
+    assert security["capabilities"]["drop"] == ["ALL"]
+    overlays = {name: _caps((deploy / f"kubernetes/overlays/{name}/kustomization.yaml")
+                            .read_text(), r"^\s*add: \[(.*)\]")
+                for name in ("ebpf", "process-fdinfo")}
+    image_uid = int(re.search(r"^USER (\d+)", (REPO / "Dockerfile").read_text(),
+                              re.M).group(1))  # type: ignore[union-attr]
+    compose = yaml.safe_load((deploy / "compose/compose.yaml").read_text())
+    compose_ebpf_text = (deploy / "compose/compose.ebpf.yaml").read_text()
+    compose_ebpf = yaml.safe_load(compose_ebpf_text)["services"]["gpu-exporter"]
+    unit = (deploy / "systemd/gpu-exporter.service").read_text()
+    assert "DynamicUser=yes" in unit
+    unit_caps = _caps(unit, r"^AmbientCapabilities=(.*)$")
+    drop_ins = {name: _caps((deploy / f"systemd/gpu-exporter.service.d/{name}").read_text(),
+                            r"^AmbientCapabilities=(.*)$")
+                for name in ("ebpf.conf", "process-fdinfo.conf")}
+    dynamic_uid = 61184  # systemd's DynamicUser range starts here: never 0
+    from_files = {
+        "`deploy/kubernetes` (DaemonSet)": _reads_root_only_files(k8s_uid, set()),
+        "`deploy/kubernetes/overlays/ebpf` or `process-fdinfo`": all(
+            _reads_root_only_files(k8s_uid, c) for c in overlays.values()),
+        "`Dockerfile` (image alone, `docker run`)": _reads_root_only_files(image_uid, set()),
+        "`deploy/compose` (`compose.yaml`)": _reads_root_only_files(
+            int(str(compose["services"]["gpu-exporter"].get("user", image_uid))
+                .split(":")[0]), set()),
+        "`deploy/compose` with `compose.ebpf.yaml`": _reads_root_only_files(
+            int(compose_ebpf["user"].split(":")[0]), set(compose_ebpf["cap_add"])),
+        "`deploy/systemd`": _reads_root_only_files(dynamic_uid, unit_caps),
+        "`deploy/systemd` with `ebpf.conf` or `process-fdinfo.conf`": all(
+            _reads_root_only_files(dynamic_uid, c) for c in drop_ins.values()),
+    }
+    doc = (REPO / "docs" / "node-power.md").read_text()
+    table = doc.split("| deployment | runs as | RAPL |", 1)[1].split("\n\n", 1)[0]
+    in_doc = {}
+    for row in table.strip().splitlines()[1:]:
+        name, _, rapl = (c.strip() for c in row.strip("|").split("|")[:3])
+        assert rapl.startswith(("read", "not read")), row
+        in_doc[name] = rapl.startswith("read")
+    assert in_doc == from_files
+    # and the fix doctor names says the same of each
+    for said in ("runAsUser 0", "10001", "DynamicUser", "systemd-tmpfiles"):
+        assert said in RAPL_FIX

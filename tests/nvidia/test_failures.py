@@ -105,7 +105,7 @@ def test_gpu_lost_mid_run_and_back(fake_lib: Path, tmp_path: Path) -> None:
 
 def test_hung_call_cannot_hang_the_scrape(fake_lib: Path, tmp_path: Path) -> None:
     sc = fake.h100x8()
-    sc.devices[3].hangs["nvmlDeviceGetPowerUsage"] = 4.0
+    sc.devices[3].hangs["nvmlDeviceGetEnforcedPowerLimit"] = 4.0
     with running(fake_lib, sc, tmp_path, ["--scrape.timeout=1"]) as exp:
         counts = []
         for _ in range(8):
@@ -121,7 +121,7 @@ def test_hung_call_cannot_hang_the_scrape(fake_lib: Path, tmp_path: Path) -> Non
         # thread per scrape (7 here). The slack is for the HTTP front's pool of scrape
         # workers, started as scrapes come (asyncio: no thread per connection).
         assert max(counts) - min(counts) <= 2, counts
-        sc.hang(3, "nvmlDeviceGetPowerUsage", None)
+        sc.hang(3, "nvmlDeviceGetEnforcedPowerLimit", None)
         s = wait_for(exp, lambda s: value(s, "hw_gpu_up", hw_id=uuid(3)) == 1, timeout=10)
         assert full(s, uuid(3))
         # Recovered: no thread more once the last scrapes' connection threads have ended.
@@ -217,7 +217,7 @@ def test_old_driver_falls_back(old_lib: Path, tmp_path: Path) -> None:
 
 def test_failing_field_is_absent_and_logged_once(fake_lib: Path, tmp_path: Path) -> None:
     sc = fake.h100x8()
-    sc.devices[5].errors["nvmlDeviceGetPowerUsage"] = "NO_PERMISSION"
+    sc.devices[5].field_errors[185] = "NO_PERMISSION"  # GPU power (the 1 s average)
     sc.devices[6].field_errors[82] = "NO_PERMISSION"  # memory temperature
     sc.devices[7].errors["nvmlDeviceGetEncoderUtilization"] = "NOT_SUPPORTED"
     with running(fake_lib, sc, tmp_path) as exp:
@@ -232,7 +232,7 @@ def test_failing_field_is_absent_and_logged_once(fake_lib: Path, tmp_path: Path)
         assert len(find(s, "hw_gpu_power_draw_watts")) == 7
         assert value(s, "gpu_exporter_collector_success", collector="nvidia") == 0
         logs = exp.logs()
-    assert logs.count("nvmlDeviceGetPowerUsage failed on " + uuid(5)) == 1
+    assert logs.count("field 185 failed on " + uuid(5)) == 1
     assert logs.count("field 82 failed on " + uuid(6)) == 1
     assert "nvmlDeviceGetEncoderUtilization" not in logs  # NOT_SUPPORTED is silent
 

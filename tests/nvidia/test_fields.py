@@ -81,3 +81,31 @@ def test_what_each_field_answers_is_remembered_per_device(tmp_path: Path) -> Non
     assert gpu0.fields.absent.keys() == {"pcie_replays", "memory_temperature_celsius",
                                          *no_retirement}
     assert gpu1.fields.absent.keys() == no_retirement and not gpu1.fields.singles
+
+
+def test_power_draw_rides_the_batch_where_the_driver_has_the_average_field(
+    tmp_path: Path
+) -> None:
+    """nvmlDeviceGetPowerUsage is the 1 s average (NVML_FI_DEV_POWER_AVERAGE) on an H100
+    and the instant power on a GA100, which has no average field: the H100 reads it in its
+    batch (one NVML call fewer a scrape), the A100 through the function, same values."""
+    sc = fake.h100x8()
+    sc.devices = [sc.devices[0], fake.mig_a100().devices[0]]
+    fake.load_in_process(sc.write(tmp_path / "mixed.scenario"))
+    pynvml.nvmlInit()
+    try:
+        h100, a100 = (devices.discover(i, None, None, {}) for i in range(2))
+        values.read(h100), values.read(a100)  # the plans learn what each device answers
+        with recording_nvml() as h100_rec:
+            h100_power = values.read(h100).readings[0].power_draw_watts
+        with recording_nvml() as a100_rec:
+            a100_power = values.read(a100).readings[0].power_draw_watts
+    finally:
+        pynvml.nvmlShutdown()
+    assert h100_power == 512.345 and a100_power == 250.0
+    assert "nvmlDeviceGetPowerUsage" not in h100_rec.by_function()
+    assert a100_rec.by_function()["nvmlDeviceGetPowerUsage"] == 1
+    # nothing is read twice in one read of a device
+    for rec in (h100_rec, a100_rec):
+        asked = [(c.fn.__name__, repr(c.args)) for c in rec.calls]
+        assert len(asked) == len(set(asked)), asked

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from gpu_exporter.collectors import REGISTRY
 from tests.fake_nvml import scenario as fake
-from tests.helpers import find, parse, run_cli
+from tests.helpers import Exporter, eventually, exporter, find, parse, run_cli
 from tests.host import power_tree
 
 
@@ -51,3 +51,28 @@ def test_no_module_on_a_gpu_that_is_not_a_superchip(fake_lib: Path, tmp_path: Pa
     s = _dump(fake_lib, fake.Scenario(devices=[fake.h100(0)]), tmp_path)
     assert not find(s, "hw_power_watts")
     assert _state(s, "nvidia.module_power") == []
+
+
+def test_an_acpi_module_meter_found_later_takes_the_rail_over(fake_lib: Path,
+                                                               tmp_path: Path) -> None:
+    """acpi_power_meter loaded after the exporter started: once the power collector
+    finds the Module Power Socket meter (every retry interval), NVML's module scope is
+    no longer reported beside it, so the module is never counted under two ids."""
+    sysfs = tmp_path / "sys"
+    sysfs.mkdir()
+    on = ("nvidia", "power")
+    args = [*(f"--no-collector.{c.name}" for c in REGISTRY if c.name not in on),
+            "--collector.nvidia", f"--path.sysfs={sysfs}", "--collector.retry-interval=1"]
+    env = fake.env(fake_lib, fake.gb200_tray().write(tmp_path / "gpus.scenario"))
+
+    def modules(exp: Exporter) -> list[tuple[str, float]]:
+        return sorted((x.labels["hw_id"], x.value) for x in
+                      find(parse(exp.scrape()), "hw_power_watts", hw_power_rail="module"))
+
+    with exporter(args, env=env) as exp:
+        eventually(lambda: modules(exp) == [("module0", 1900.0), ("module1", 2100.0)], 60,
+                   "NVML's two modules")
+        power_tree.grace(sysfs)  # Module Power Socket 0: 650 W
+        eventually(lambda: modules(exp) == [("module0", 650.0)], 60,
+                   "the ACPI module meter alone")
+        assert _state(parse(exp.scrape()), "nvidia.module_power") == ["disabled"]

@@ -198,6 +198,7 @@ DROP_GRAPH_NODES: Final = "graph_nodes_full"
 DROP_NAME_TOO_LONG: Final = "kernel_name_too_long"
 
 # --- the CUDA ABI on x86-64 (System V) ---------------------------------------------------
+# (the only CPU the collector runs on: arch.py)
 # cudaLaunchKernel(func, dim3 grid, dim3 block, void **args, size_t shared, stream):
 # func rdi, grid rsi (x | y << 32) + rdx (z), block rcx + r8, args r9, then the stack:
 # shared in slot 1, stream in slot 2 (slot 0 is the return address).

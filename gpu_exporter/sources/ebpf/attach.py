@@ -30,14 +30,17 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from gpu_exporter.sources import files
+from gpu_exporter.sources.ebpf import arch
 
 UPROBE_MULTI: Final = "uprobe_multi"
 PERF_EVENT: Final = "perf_event"
 MECHANISMS: Final = (UPROBE_MULTI, PERF_EVENT)
 
+# Syscall numbers are the CPU's: those of the one the collector is built for (arch.py
+# gates out every other).
+_SYS_BPF: Final = arch.BUILT_FOR.sys_bpf
+_SYS_PERF_EVENT_OPEN: Final = arch.BUILT_FOR.sys_perf_event_open
 # include/uapi/linux/bpf.h
-_SYS_BPF: Final = 321  # x86-64
-_SYS_PERF_EVENT_OPEN: Final = 298
 _BPF_PROG_LOAD: Final = 5
 _BPF_LINK_CREATE: Final = 28
 _BPF_PROG_TYPE_KPROBE: Final = 2

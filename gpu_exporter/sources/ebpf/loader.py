@@ -26,7 +26,7 @@ TRACEPOINTS: tuple[tuple[str, str, str, dict[str, str]], ...] = (
      {"prot": "TP_MMAP_PROT_OFF", "flags": "TP_MMAP_FLAGS_OFF", "fd": "TP_MMAP_FD_OFF"}),
     ("syscalls", "sys_exit_mmap", "on_mmapped", {"ret": "TP_MMAP_RET_OFF"}),
 )
-# The offsets of those fields on x86-64 (syscall records: 8 bytes of common fields, the
+# The offsets of those fields on x86-64 (arch.py; syscall records: 8 bytes of common fields, the
 # syscall number, then one 8-byte slot per argument), used when tracefs is not readable.
 DEFAULT_TRACEPOINT_OFFSETS = {"TP_MMAP_PROT_OFF": 32, "TP_MMAP_FLAGS_OFF": 40,
                               "TP_MMAP_FD_OFF": 48, "TP_MMAP_RET_OFF": 16}

@@ -6,6 +6,10 @@
 // gpu_exporter/sources/ebpf/abi.py when the program is compiled, so the Python side and this
 // file cannot disagree.
 //
+// x86-64 only: argument registers (PT_REGS_PARM*), stack arguments and the return address
+// on the stack are that CPU's; gpu_exporter/sources/ebpf/arch.py lists each assumption
+// and keeps the collector unavailable on any other CPU.
+//
 // One entry program per kind of call (a launch, a copy given by count and kind, ...) is
 // attached to every entry point of that kind; the BPF cookie of each probe says which
 // entry point it is (COOKIE_CALL), a constant of the call (COOKIE_ARG: a copy's kind, a

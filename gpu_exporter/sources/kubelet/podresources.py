@@ -30,6 +30,9 @@ if TYPE_CHECKING:
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 # Resource names of GPU device plugins (NVIDIA, NVIDIA MIG "mixed" strategy, AMD, Intel).
 _GPU_RESOURCE = re.compile(r"^(nvidia\.com/(gpu|mig-.+)|amd\.com/gpu|gpu\.intel\.com/.+)$")
+# DRA drivers of GPUs (kubernetes-sigs/dra-driver-nvidia-gpu, ROCm/k8s-gpu-dra-driver,
+# intel/intel-resource-drivers-for-kubernetes)
+_GPU_DRIVER = re.compile(r"^gpu\.(nvidia|amd|intel)\.com$")
 _REPLICA = re.compile(r"::\d+$")  # NVIDIA time-slicing / MPS replica suffix
 # The kubelet's own limit for this API's responses is 16 MiB.
 _MAX_MESSAGE = 16 * 1024 * 1024
@@ -96,11 +99,22 @@ def gpu_allocations(
     return {k: tuple(sorted(v)) for k, v in out.items()}
 
 
+def is_gpu_driver(driver_name: str) -> bool:
+    """A DRA driver that hands out GPUs: its devices must resolve to one (NVIDIA's
+    gpu.nvidia.com, AMD's gpu.amd.com, Intel's gpu.intel.com)."""
+    return bool(_GPU_DRIVER.match(driver_name))
+
+
 def with_dynamic_resources(
     response: ListPodResourcesResponse, resolve: Callable[[str], str | None],
 ) -> Allocations:
-    """Device-plugin allocations and DRA claims together; a claim's CDI device is resolved
-    to a device key by `resolve` (`sources.kubelet.cdi.resolver`), or counted unresolved."""
+    """Device-plugin allocations and DRA claims together. The kubelet reports one
+    ClaimResource per allocated device, with every CDI device its driver named for it:
+    AMD's driver names a `common` device (environment only) beside the GPU's own,
+    NVIDIA's the GPU's alone. The device is the one GPU those resolve to by `resolve`
+    (`sources.kubelet.cdi.resolver`); a GPU driver's device that resolves to none, or
+    to more than one, is counted unresolved. Another driver's device (a NIC, NVIDIA's
+    compute-domain channels) that names no GPU is none of the exporter's business."""
     out = {k: set(v) for k, v in gpu_allocations(response).items()}
     unresolved: list[str] = []
     for pod in response.pod_resources:
@@ -108,13 +122,19 @@ def with_dynamic_resources(
             for claim in container.dynamic_resources:
                 ref = ContainerRef(pod.namespace, pod.name, container.name, claim.claim_name)
                 for resource in claim.claim_resources:
-                    for cdi_device in resource.cdi_devices:
-                        key = resolve(cdi_device.name)
-                        if key is None:
-                            unresolved.append(f"{claim.claim_namespace}/{claim.claim_name}: "
-                                              f"{cdi_device.name}")
-                        else:
-                            out.setdefault(key, set()).add(ref)
+                    names = [d.name for d in resource.cdi_devices]
+                    keys = {key for key in map(resolve, names) if key is not None}
+                    if len(keys) == 1:
+                        out.setdefault(keys.pop(), set()).add(ref)
+                    elif keys or is_gpu_driver(resource.driver_name):
+                        # what the kubelet gives to find the device by: the driver's
+                        # pool and device names (1.34), its CDI devices
+                        device = "/".join(n for n in (resource.pool_name,
+                                                      resource.device_name) if n)
+                        unresolved.append(
+                            f"{claim.claim_namespace}/{claim.claim_name}: "
+                            f"{resource.driver_name} {device or '(no device name)'} "
+                            f"({', '.join(names) or 'no CDI device'})")
     return Allocations({k: tuple(sorted(v)) for k, v in out.items()}, tuple(unresolved))
 
 

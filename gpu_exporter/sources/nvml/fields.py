@@ -47,6 +47,7 @@ class Field:
 _ECC_VOLATILE = pynvml.NVML_VOLATILE_ECC
 RECOVERY_ACTION = "recovery_action"
 MODULE_POWER = "module_power_watts"
+POWER_DRAW = "power_draw_watts"
 FIELDS: tuple[Field, ...] = (
     Field("ecc_corrected", pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL, fallback=Fallback(
         "nvmlDeviceGetTotalEccErrors",
@@ -58,6 +59,13 @@ FIELDS: tuple[Field, ...] = (
     Field("memory_temperature_celsius", pynvml.NVML_FI_DEV_MEMORY_TEMP),
     Field("energy_joules", pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, per_unit=1000.0,
           fallback=Fallback("nvmlDeviceGetTotalEnergyConsumption")),
+    # GPU power, mW. nvmlDeviceGetPowerUsage answers the 1 s average on Ampere (except
+    # GA100) and newer, the instant value on GA100 and older; NVML_FI_DEV_POWER_AVERAGE is
+    # that same 1 s average and exists on exactly those newer GPUs. So: the field in the
+    # batch where the driver has it, the function (instant) where it answers
+    # NOT_SUPPORTED: the reading nvmlDeviceGetPowerUsage gives, one call fewer a scrape.
+    Field(POWER_DRAW, pynvml.NVML_FI_DEV_POWER_AVERAGE, per_unit=1000.0,
+          fallback=Fallback("nvmlDeviceGetPowerUsage"), scope_id=pynvml.NVML_POWER_SCOPE_GPU),
     Field("pcie_replays", pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER,
           fallback=Fallback("nvmlDeviceGetPcieReplayCounter")),
     # Memory repair (Ampere and newer: row remapping; older GPUs: page retirement) and the

@@ -172,7 +172,6 @@ def _read_physical(call: Calls, dev: NvmlDevice, xids: Mapping[int, int] | None,
         if value is not None:
             utilization[task] = value[0] / 100.0  # type: ignore[index]
     used, total, reserved = memory(call, h)
-    power = call("nvmlDeviceGetPowerUsage", pynvml.nvmlDeviceGetPowerUsage, h)
     limit = call("nvmlDeviceGetEnforcedPowerLimit", pynvml.nvmlDeviceGetEnforcedPowerLimit, h)
     values = fields.read(call, h, dev.fields)
     temperatures: dict[str, float] = {}
@@ -211,7 +210,7 @@ def _read_physical(call: Calls, dev: NvmlDevice, xids: Mapping[int, int] | None,
         memory_usage_bytes=used,
         memory_limit_bytes=total,
         memory_controller_utilization_ratio=controller,
-        power_draw_watts=None if power is None else power / 1000.0,
+        power_draw_watts=values.get(fields.POWER_DRAW),
         power_limit_watts=None if limit is None else limit / 1000.0,
         energy_consumed_joules=values.get("energy_joules"),
         temperature_celsius=temperatures,

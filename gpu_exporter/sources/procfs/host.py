@@ -1,5 +1,5 @@
 """Host readings in base units: CPU time, memory by state, filesystem space, disk and
-network traffic. Network counters come from netlink (pyroute2, the kernel's 64-bit
+network traffic. Network counters come from rtnetlink (`rtnetlink`: the kernel's 64-bit
 interface statistics of the exporter's network namespace); the rest from procfs (read
 through `sources.files`: never waiting on a file, never more than a cap of it) and
 statvfs.
@@ -11,9 +11,9 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from gpu_exporter.sources import files
+from gpu_exporter.sources.procfs import rtnetlink
 
 # Pseudo filesystems, and read-only images (squashfs snaps, erofs, iso9660), as the
 # node_exporter leaves them out: their "space" is not disk space anybody manages.
@@ -245,25 +245,16 @@ class NetlinkInterfaces:
     """Interface statistics over one rtnetlink socket, kept open between scrapes."""
 
     def __init__(self) -> None:
-        from pyroute2 import IPRoute
-
-        self._ipr: Any = IPRoute()
+        self._dump = rtnetlink.LinkDump()
 
     def read(self, exclude: re.Pattern[str]) -> list[InterfaceStats]:
-        out = []
-        for link in self._ipr.get_links():
-            name = link.get_attr("IFLA_IFNAME")
-            stats = link.get_attr("IFLA_STATS64") or link.get_attr("IFLA_STATS")
-            if not name or stats is None or exclude.search(name):
-                continue
-            out.append(InterfaceStats(
-                name=str(name),
-                receive_bytes=int(stats["rx_bytes"]), transmit_bytes=int(stats["tx_bytes"]),
-                receive_errors=int(stats["rx_errors"]),
-                transmit_errors=int(stats["tx_errors"]),
-            ))
+        out = [InterfaceStats(name=link.name, receive_bytes=link.receive_bytes,
+                              transmit_bytes=link.transmit_bytes,
+                              receive_errors=link.receive_errors,
+                              transmit_errors=link.transmit_errors)
+               for link in self._dump.links() if not exclude.search(link.name)]
         out.sort(key=lambda s: s.name)
         return out
 
     def close(self) -> None:
-        self._ipr.close()
+        self._dump.close()

@@ -15,15 +15,28 @@ in `hwmonN/` itself. Both are looked for.
 
 A meter that reads 0 µW has no measurement (firmware that never filled it in, a meter
 between intervals): absent, like an unreadable one, never 0 W.
+
+`power1_average` is read every scrape through a held descriptor (`files.HeldFile`:
+opened at the first read, then one pread a scrape); whoever stops reading a meter
+closes it (`close`).
 """
 
 from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 
-from gpu_exporter.sources.sysfs.sysfs import Problems, listing, numbered, read_int, read_text
+from gpu_exporter.sources import files
+from gpu_exporter.sources.sysfs.sysfs import (
+    MAX_READ_BYTES,
+    Problems,
+    listing,
+    numbered,
+    read_held_int,
+    read_text,
+)
 
 NAME = "power_meter"
 MICRO = 1e-6
@@ -49,6 +62,12 @@ class Meter:
     hw_id: str  # "socket0", "module0", or the ACPI device ("ACPI000D:00")
     rail: str  # "socket", "cpu", "sysio", "module", "system"
     oem_info: str | None
+    # power1_average, held open between reads (opened at the first)
+    average: files.HeldFile = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "average", files.HeldFile(self.average_file,
+                                                           MAX_READ_BYTES))
 
 
 def _folder(hwmon: str) -> str | None:
@@ -94,7 +113,13 @@ def find_meters(sysfs: str) -> list[Meter]:
 
 def read_watts(meter: Meter, problems: Problems) -> float | None:
     """The meter's average power in W; None when unreadable, garbage (a problem) or 0."""
-    value = read_int(meter.average_file, problems, maximum=MAX_MICRO_WATTS)
+    value = read_held_int(meter.average, problems, maximum=MAX_MICRO_WATTS)
     if not value:
         return None
     return value * MICRO
+
+
+def close(meters: Iterable[Meter]) -> None:
+    """Closes the meters' held files (the meters are no longer read)."""
+    for meter in meters:
+        meter.average.close()

@@ -11,13 +11,25 @@ and `uncore` (an integrated GPU) are left out: neither is a server socket's rail
 `energy_uj` counts µJ and wraps to 0 at `max_energy_range_uj` (about 262 kJ: at 250 W a
 package wraps every 17 minutes). `EnergyTotals` turns it into a counter that never goes
 back. Since CVE-2020-8694 (Platypus) kernels make `energy_uj` readable by root only.
+It is read every scrape through a held descriptor (`files.HeldFile`: opened at the first
+read, then one pread a scrape); whoever stops reading a zone closes it (`close`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from gpu_exporter.sources.sysfs.sysfs import Problems, listing, numbered, read_int, read_text
+from gpu_exporter.sources import files
+from gpu_exporter.sources.sysfs.sysfs import (
+    MAX_READ_BYTES,
+    Problems,
+    listing,
+    numbered,
+    read_held_int,
+    read_int,
+    read_text,
+)
 
 CONTROL_TYPE = "intel-rapl"
 MICRO = 1e-6
@@ -36,6 +48,12 @@ class Zone:
     hw_type: str  # "cpu", "memory"
     hw_id: str  # "socket0"
     rail: str  # "package", "dram", "core"
+    # energy_uj, held open between reads (opened at the first)
+    energy: files.HeldFile = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "energy", files.HeldFile(self.energy_file,
+                                                          MAX_READ_BYTES))
 
 
 def _socket(name: str | None) -> int | None:
@@ -82,7 +100,13 @@ def find_zones(sysfs: str, problems: Problems) -> list[Zone]:
 
 def read_uj(zone: Zone, problems: Problems) -> int | None:
     """The raw counter (µJ); None when unreadable (non-root) or garbage (a problem)."""
-    return read_int(zone.energy_file, problems, maximum=zone.max_range_uj)
+    return read_held_int(zone.energy, problems, maximum=zone.max_range_uj)
+
+
+def close(zones: Iterable[Zone]) -> None:
+    """Closes the zones' held files (the zones are no longer read)."""
+    for zone in zones:
+        zone.energy.close()
 
 
 @dataclass

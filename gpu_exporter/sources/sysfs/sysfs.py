@@ -107,6 +107,28 @@ def read_int(path: Path | str, problems: Problems, *, base: int = 10,
                      maximum=maximum)
 
 
+def read_held_int(held: files.HeldFile, problems: Problems, *, maximum: int = 1 << 64
+                  ) -> int | None:
+    """`read_int` of a value read every scrape through its held descriptor
+    (`files.HeldFile`): the same answers, absent or garbage alike."""
+    try:
+        raw = held.read()
+    except files.Refused as exc:
+        problems.add(held.path, f"not read: {exc.strerror}")
+        return None
+    except OSError:
+        return None
+    value = raw.split(b"\0", 1)[0].strip()
+    if not value:
+        return None
+    if value.isdigit():
+        number = int(value)
+        if number <= maximum:
+            return number
+    return parse_int(value.decode("utf-8", "replace"), held.path, problems,
+                     maximum=maximum)
+
+
 def parse_int(text: str, where: Path | str, problems: Problems, *, base: int = 10,
               maximum: int = 1 << 64) -> int | None:
     # int() alone would also take "1_000", "+5", " 5" and non-ASCII digits

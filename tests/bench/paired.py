@@ -1,0 +1,238 @@
+"""Side by side: the exporter from two (or more) source trees on one fake node, measured
+in the same run, alternately, as the shared 2-core VM requires (docs/performance.md,
+"Issue #26"). A source tree is a folder holding a `gpu_exporter` package, e.g. the code
+of a commit: `git archive <commit> gpu_exporter | tar -x -C /tmp/base`.
+
+    python -m tests.bench.paired http GPUS PROCESSES ROUNDS name=tree ...
+        real processes (default collectors, host included), scraped over keep-alive
+        connections with Prometheus 2's Accept header, one side after the other (the
+        order swapped every round); CPU of the whole process (all threads, schedstat)
+        around each of its scrapes.
+    python -m tests.bench.paired onehz GPUS PROCESSES SECONDS name=tree ...
+        real processes each scraped once a second (the sides spread over the second);
+        CPU per second of each whole process, idle included, and its RSS at the end.
+    python -m tests.bench.paired burst GPUS PROCESSES SCRAPERS name=tree ...
+        real processes: RSS after start, after SCRAPERS concurrent scrapers each side,
+        and after 200 more scrapes one at a time.
+    python -m tests.bench.paired inprocess GPUS PROCESSES KERNEL_SERIES ROUNDS name=tree ...
+        one process per tree running `fleet.in_process` (the nvidia, processes and eBPF
+        collectors, the eBPF one fed KERNEL_SERIES recorded series) asked for one
+        scrape at a time (collect and OpenMetrics render), alternately; CPU of all its
+        threads per scrape.
+
+p50 and p99 are nearest-rank over the rounds; ratios are against the first tree.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import http.client
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from tests.bench import fleet
+from tests.bench.stats import percentile
+from tests.fake_nvml import scenario as fake
+from tests.helpers import free_port, stop_process
+
+ACCEPT = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;"
+          "version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
+REPO = Path(__file__).resolve().parents[2]
+
+
+def cpu_ns(pid: int) -> int:
+    """CPU time of every thread of `pid`, ns (schedstat: no 10 ms clock ticks)."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            total += int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0])
+    return total
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def scrape(conn: http.client.HTTPConnection) -> bytes:
+    conn.request("GET", "/metrics", headers={"Accept": ACCEPT})
+    response = conn.getresponse()
+    body = response.read()
+    assert response.status == 200, response.status
+    return body
+
+
+@contextmanager
+def servers(gpus: int, processes: int, trees: Sequence[tuple[str, str]],
+            ) -> Iterator[list[tuple[str, subprocess.Popen[bytes], http.client.HTTPConnection]]]:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = fleet.scenario(gpus, processes).write(Path(tmp) / "node.scenario")
+        env = {**os.environ, **fake.env(fake.build(), path)}
+        started: list[tuple[str, subprocess.Popen[bytes], int]] = []
+        try:
+            for name, tree in trees:
+                port = free_port()
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "gpu_exporter",
+                     f"--web.listen-address=127.0.0.1:{port}"],
+                    env={**env, "PYTHONPATH": tree}, cwd=tmp, stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL)
+                started.append((name, proc, port))
+            out = []
+            for name, proc, port in started:
+                deadline = time.monotonic() + 60
+                while True:
+                    try:
+                        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+                        scrape(conn)
+                        break
+                    except OSError:
+                        assert time.monotonic() < deadline and proc.poll() is None, name
+                        time.sleep(0.2)
+                out.append((name, proc, conn))
+            for _ in range(10):  # warm-up: lanes sized, caches filled
+                for _, _, conn in out:
+                    scrape(conn)
+            yield out
+        finally:
+            for _, proc, _ in started:
+                stop_process(proc)
+
+
+def report(what: str, results: dict[str, list[float]], unit: str = "ms") -> None:
+    base = next(iter(results.values()))
+    for name, values in results.items():
+        p50, p99 = percentile(values, 50), percentile(values, 99)
+        print(f"{what} {name}: p50 {p50:.2f} {unit}, p99 {p99:.2f} {unit}, ratio to "
+              f"{next(iter(results))} p50 {p50 / percentile(base, 50):.2f}, "
+              f"p99 {p99 / percentile(base, 99):.2f} ({len(values)} rounds)")
+
+
+def http_rounds(gpus: int, processes: int, rounds: int, trees: Sequence[tuple[str, str]]) -> None:
+    results: dict[str, list[float]] = {name: [] for name, _ in trees}
+    with servers(gpus, processes, trees) as running:
+        for i in range(rounds):
+            for name, proc, conn in (running if i % 2 == 0 else running[::-1]):
+                before = cpu_ns(proc.pid)
+                scrape(conn)
+                results[name].append((cpu_ns(proc.pid) - before) / 1e6)
+            time.sleep(0.02)
+    report(f"{gpus} GPUs, {processes} processes, CPU per scrape over HTTP,", results)
+
+
+def one_hertz(gpus: int, processes: int, seconds: int, trees: Sequence[tuple[str, str]]) -> None:
+    with servers(gpus, processes, trees) as running:
+        time.sleep(1)
+        before = {name: cpu_ns(proc.pid) for name, proc, _ in running}
+        t0 = time.monotonic()
+        for second in range(seconds):
+            for k, (_, _, conn) in enumerate(running):
+                time.sleep(max(0.0, t0 + second + k / len(running) - time.monotonic()))
+                scrape(conn)
+        time.sleep(max(0.0, t0 + seconds - time.monotonic()))
+        wall = time.monotonic() - t0
+        for name, proc, _ in running:
+            per_second = (cpu_ns(proc.pid) - before[name]) / 1e6 / wall
+            print(f"{gpus} GPUs, {processes} processes, 1 Hz for {seconds} s, {name}: "
+                  f"{per_second:.2f} ms CPU per second, RSS {rss_mib(proc.pid):.1f} MiB")
+
+
+def burst(gpus: int, processes: int, scrapers: int, trees: Sequence[tuple[str, str]]) -> None:
+    """RSS after start-up, then after `scrapers` concurrent scrapers (5 scrapes each,
+    both sides at once), then after 200 more scrapes one at a time."""
+    with servers(gpus, processes, trees) as running:
+        after_start = {name: rss_mib(proc.pid) for name, proc, _ in running}
+
+        def hammer(port: int) -> None:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+            for _ in range(5):
+                scrape(conn)
+            conn.close()
+
+        ports = [conn.port for _, _, conn in running]
+        with concurrent.futures.ThreadPoolExecutor(scrapers * len(ports)) as pool:
+            list(pool.map(hammer, [p for p in ports for _ in range(scrapers)]))
+        after_burst = {name: rss_mib(proc.pid) for name, proc, _ in running}
+        for _ in range(200):
+            for _, _, conn in running:
+                scrape(conn)
+        for name, proc, _ in running:
+            print(f"{gpus} GPUs, {processes} processes, {name}: RSS {after_start[name]:.1f} "
+                  f"MiB after start and 10 scrapes, {after_burst[name]:.1f} MiB after "
+                  f"{scrapers} concurrent scrapers, {rss_mib(proc.pid):.1f} MiB after 200 "
+                  "more")
+
+
+_SIDE = """
+import sys, tempfile, time
+from pathlib import Path
+from tests.bench import fleet
+from gpu_exporter.render import TextRenderer
+gpus, processes, kernel_series = (int(a) for a in sys.argv[1:4])
+renderer = TextRenderer()
+with tempfile.TemporaryDirectory() as tmp:
+    with fleet.in_process(fleet.scenario(gpus, processes), Path(tmp), kernel_series) as (_, reg):
+        for _ in range(10):
+            renderer.render_openmetrics(reg)
+        print("ready", flush=True)
+        for _ in sys.stdin:
+            t0 = time.process_time()
+            renderer.render_openmetrics(reg)
+            print(time.process_time() - t0, flush=True)
+"""
+
+
+def in_process(gpus: int, processes: int, kernel_series: int, rounds: int,
+               trees: Sequence[tuple[str, str]]) -> None:
+    sides: list[tuple[str, subprocess.Popen[str]]] = []
+    try:
+        for name, tree in trees:
+            proc = subprocess.Popen(
+                [sys.executable, "-c", _SIDE, str(gpus), str(processes), str(kernel_series)],
+                env={**os.environ, "PYTHONPATH": f"{tree}:{REPO}"}, cwd=REPO, text=True,
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "ready", name
+            sides.append((name, proc))
+        results: dict[str, list[float]] = {name: [] for name, _ in trees}
+        for i in range(rounds):
+            for name, proc in (sides if i % 2 == 0 else sides[::-1]):
+                assert proc.stdin is not None and proc.stdout is not None
+                proc.stdin.write("\n")
+                proc.stdin.flush()
+                results[name].append(float(proc.stdout.readline()) * 1000)
+    finally:
+        for _, proc in sides:
+            if proc.stdin is not None:
+                proc.stdin.close()
+            proc.wait(60)
+    report(f"{gpus} GPUs, {processes} processes, {kernel_series} kernel series, CPU per "
+           "scrape in process,", results)
+
+
+def main(argv: Sequence[str]) -> None:
+    mode, *rest = argv
+    numbers = [int(a) for a in rest if "=" not in a]
+    trees = [(a.split("=", 1)[0], a.split("=", 1)[1]) for a in rest if "=" in a]
+    if mode == "http":
+        http_rounds(numbers[0], numbers[1], numbers[2], trees)
+    elif mode == "onehz":
+        one_hertz(numbers[0], numbers[1], numbers[2], trees)
+    elif mode == "burst":
+        burst(numbers[0], numbers[1], numbers[2], trees)
+    elif mode == "inprocess":
+        in_process(numbers[0], numbers[1], numbers[2], numbers[3], trees)
+    else:
+        raise SystemExit(f"unknown mode {mode!r}: http, onehz, burst or inprocess")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
