@@ -509,13 +509,18 @@ GPU_KERNEL_BLOCK_SIZE = Histogram(
 class KernelDurationLabels(CudaLabels):
     cuda_kernel_name: str
     gpu_measurement_source: Literal["ebpf_model"]
+    # What bounded the kernel's completion: an event or stream query on its own stream
+    # ("event"), or a stream/device/context synchronise ("sync_fallback"). docs/ebpf.md.
+    completion: Literal["event", "sync_fallback"]
 
 
 GPU_KERNEL_DURATION = Histogram(
     "gpu_kernel_duration_seconds",
-    "Time from launch to the synchronising call that covered it (a model, not device "
-    "execution time).", C, KernelDurationLabels, unit="seconds",
-    sources="launch and synchronise uprobes",
+    "Upper bound on a kernel's execution time: from its launch (or the latest not-ready "
+    "answer before it) to the first completion point seen to cover it; one sample per "
+    "launch, a group of launches between two completion points sharing one bound.", C,
+    KernelDurationLabels, unit="seconds",
+    sources="launch, event record, event/stream query and synchronise uprobes",
 )
 
 

@@ -223,7 +223,8 @@ class EbpfCollector(Collector):
             c.GPU_KERNEL_BLOCK_SIZE.emit(sink, *_hist(h), _pid(block, h.key.pid), h.key.device)
         for h in a.kernel_duration_seconds:
             duration: c.KernelDurationLabels = {
-                "cuda_kernel_name": h.key.kernel_name, "gpu_measurement_source": "ebpf_model"}
+                "cuda_kernel_name": h.key.kernel_name, "gpu_measurement_source": "ebpf_model",
+                "completion": h.key.completion or "sync_fallback"}
             c.GPU_KERNEL_DURATION.emit(sink, *_hist(h), _pid(duration, h.key.pid), h.key.device)
         for h in a.copies_bytes:
             copy: c.CopyLabels = {"cuda_memcpy_kind": h.key.memcpy_kind,

@@ -133,6 +133,7 @@ def test_program_uses_only_defined_constants() -> None:
     code = re.sub(r"//[^\n]*|/\*.*?\*/", "", program_text(), flags=re.S)
     used = set(re.findall(r"\b([A-Z][A-Z0-9_]{3,})\b", code))
     not_ours = {"BPF_HASH", "BPF_ARRAY", "BPF_PERCPU_ARRAY", "BPF_QUEUE", "BPF_RINGBUF_OUTPUT",
+                "BPF_PROG_ARRAY",
                 "PT_REGS_PARM1", "PT_REGS_PARM2", "PT_REGS_PARM3", "PT_REGS_PARM4", "PT_REGS_PARM5",
                 "PT_REGS_PARM6", "PT_REGS_SP", "PT_REGS_RC", "E2BIG", "BPF_TASK_STORAGE",
                 "BPF_LOCAL_STORAGE_GET_F_CREATE",
@@ -154,6 +155,7 @@ def test_every_probe_names_a_program_in_the_source() -> None:
     for program in (*abi.ENTRY_PROGRAMS, abi.RETURN_PROGRAM, abi.RETURN_PROGRAM_DRIVER):
         assert (f"int {program}(struct pt_regs *ctx)" in text
                 or f"\nENTRY({program}, OP_" in text
+                or f"\nENTRY_FILLED({program}, OP_" in text
                 or f"\nKEEP_ARGS({program}, OP_" in text), program
     assert len(abi.ALL_PROBES) < 1 << 16 and all(p.arg < 1 << 8 for p in abi.ALL_PROBES)
 

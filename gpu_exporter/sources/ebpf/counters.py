@@ -15,6 +15,7 @@ from typing import Any
 
 from gpu_exporter.sources.ebpf import abi, cuda_errors
 from gpu_exporter.sources.ebpf.graphs import PENDING, Graphs
+from gpu_exporter.sources.ebpf.names import OTHER
 from gpu_exporter.sources.ebpf.reading import CallKey, NvmlView
 from gpu_exporter.sources.ebpf.resolve import Resolver
 
@@ -168,8 +169,11 @@ class Counters:
                            error_type=names.get(ident, str(ident)), pid=pid, device=device)
         if fam == abi.FAM_SYNC:
             return CallKey(sync_call=abi.SYNC_NAMES.get(sub, "unknown"), pid=pid, device=device)
-        if fam == abi.FAM_DURATION:
-            return CallKey(kernel_name=r.kernel_label(tgid, sub, ident), pid=pid, device=device)
+        if fam == abi.FAM_DURATION:  # sub: api | completion << 8
+            name = (OTHER if ident == abi.DURATION_OTHER_ID
+                    else r.kernel_label(tgid, sub & 0xFF, ident))
+            return CallKey(kernel_name=name, pid=pid, device=device,
+                           completion=abi.COMPLETION_NAMES.get(sub >> 8, "sync_fallback"))
         return CallKey(pid=pid)
 
     def device(self, tgid: int, dev: int, api: int, by_ordinal: bool) -> str | None:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpu_exporter.sources.ebpf import abi
+from gpu_exporter.sources.ebpf import abi, completion
 from gpu_exporter.sources.ebpf.counters import STATS, Counters, Pending, launch_tag, serial
 from gpu_exporter.sources.ebpf.events import Polls
 from gpu_exporter.sources.ebpf.graphs import Graphs
@@ -212,10 +212,8 @@ class MapReader:
         for key, n in folded:
             self._retired.values[key] += n
             totals[key] += n
-        pending = self._bpf["pending"]
+        completion.forget(self._bpf, tgids, self._entries)
         for tgid in tgids:
-            with contextlib.suppress(KeyError):
-                del pending[pending.Key(tgid)]
             self.resolver.forget(tgid)
             self.graphs.forget(tgid)
             self.hold.forget(tgid)

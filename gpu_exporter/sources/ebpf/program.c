@@ -40,9 +40,16 @@ struct frame {
 struct tstate {
     struct frame side[2];
     u32 dev;  // the current device: DEV_NONE (never chosen), DEV_UNKNOWN, or ordinal + 1
-    // This thread's last look at its process: a launch is waiting for a synchronise.
-    // A runtime launch reads its stream (from the stack: a costly read) only when not.
-    u32 pending_hint;
+    // A completion point this thread's call just observed, for close_groups (CLOSE_*):
+    // the groups it completes are closed there, in a tail call.
+    u8 close_mode;
+    u8 close_completion;
+    u8 close_i;  // CLOSE_DEVICE: the next place of the process's stream list
+    u8 pad;
+    u32 close_dev;
+    u64 close_done;
+    u64 close_key;  // the stream key
+    u64 close_serial;  // CLOSE_EVENT: the record's serial
     u8 pushed_dev[CTX_STACK];  // the devices of the contexts pushed over, oldest first
     u32 pushed;  // contexts pushed (cuCtxPushCurrent) and not popped
     u32 tgid;  // the thread's process, kept so that a return needs no helper call for it
@@ -58,14 +65,6 @@ struct ctxkey {
     u64 ctx;
 };
 BPF_HASH(contexts, struct ctxkey, u32, CONTEXTS_MAX);
-
-struct pend {
-    u64 ts;
-    u64 id;
-    u64 stream;
-    u32 api;
-    u32 dev;
-};
 
 // The head of every record on `events`: of a struct event, or a CUDA graph's event alone
 // (abi.EVENT_HEAD, abi.GRAPH_EVENT).
@@ -101,7 +100,7 @@ struct shape {
     u64 block[BLOCK_SLOTS];
     u64 grid_sum;
     u64 block_sum;
-    u64 pending;  // 1 while `pending` holds a launch of this process: saves a lookup
+    u64 unused;
     u32 tgid;  // the process holding the slot; 0 while the slot is free
     u32 pad;
     struct lslot launches[LAUNCH_SLOTS];
@@ -124,7 +123,6 @@ BPF_ARRAY(slots_used, u64, 1);  // slots ever given out, free or not
 // thread's exit frees its index (on_thread_exit), as task-local storage is freed.
 BPF_ARRAY(fast_threads, struct tstate, FAST_THREADS);
 BPF_TASK_STORAGE(threads, struct tstate);
-BPF_HASH(pending, u32, struct pend, PROCS_MAX);
 BPF_ARRAY(drops, u64, DROP_REASONS);
 BPF_RINGBUF_OUTPUT(events, RINGBUF_PAGES);
 
@@ -150,7 +148,8 @@ BPF_ARRAY(graph_state, u64, 3);
 #define COOKIE_ARG(c) (((c) >> 16) & 0xff)
 #define COOKIE_DRIVER(c) (((c) >> 24) & 1)
 #define COOKIE_DRIVER_BIT (1u << 24)
-#define COOKIE_POS(c) (((c) >> 25) & 0x7f)
+#define COOKIE_POS(c) (((c) >> 25) & 0x3f)
+#define COOKIE_PTSZ_BIT (1u << COOKIE_PTSZ_SHIFT)
 
 static __always_inline void drop(u32 reason) {
     u64 *v = drops.lookup(&reason);
@@ -371,24 +370,298 @@ static __always_inline void shape_add(struct shape *s, u64 grid, u64 block) {
     __sync_fetch_and_add(&s->block_sum, block);
 }
 
-// The first launch of a process after its last synchronise: the one the next
-// synchronising call covers (the kernel duration model).
-static __always_inline void pend(u32 tgid, struct shape *s, u16 api, u64 id, u64 stream,
-                                 u32 dev) {
-    struct pend p = {};
-    p.ts = bpf_ktime_get_ns();
-    p.id = id;
-    p.stream = stream;
-    p.api = api;
-    p.dev = dev;
-    if (pending.insert(&tgid, &p) == -E2BIG) {
-        drop(DROP_PENDING_FULL);
-        return;
-    }
-    s->pending = 1;
+// --- completion points: kernel durations bounded per stream (issue #27) ---------------
+// Every launch joins its stream's open group (launches since the stream's last event
+// record). A record seals the open group: it is complete once that record is (or a
+// later one on the stream). A group is closed, once, by the first completion point seen
+// to cover it: the first successful cudaEventQuery / return of cudaEventSynchronize of a
+// record after it, or a successful cudaStreamQuery of its stream (completion="event"); a
+// stream, device or context synchronise (completion="sync_fallback"). Each launch in the
+// group is then one sample of U = done - max(the group's first launch entry, the latest
+// not-ready answer of a record before the group): a bound on each of its kernels, never
+// below one's execution time (docs/ebpf.md, "Kernel durations"). State is per process
+// and stream; threads of one process racing on one stream may move a launch to the next
+// group (its bound is then taken from that group's first launch).
+struct group {
+    u64 first;  // entry time of its first launch; 0: empty
+    u64 lower;  // the latest not-ready answer of a record before its launches
+    u64 after;  // the serial of the record its launches came after
+    u64 tag[GROUP_KERNELS];  // kernel id | (api + 1) << 48; 0: free
+    u64 n[GROUP_KERNELS];
+    u64 other;  // launches of kernels beyond GROUP_KERNELS (reported as "other")
+};
+
+struct sstate {
+    struct group open;  // launched since the stream's last record
+    struct group sealed;  // launched before it (records since merged), not known complete
+    u64 sealed_at;  // the serial of the record that sealed `sealed` last
+    u32 dev;
+    u32 pad;
+};
+
+struct estate {
+    u64 stream;  // the stream key of the event's last record
+    u64 serial;  // that record's serial (per process)
+};
+
+// A process's streams with a state (0: a free place) and its records' serials. A device
+// synchronise closes the groups of every stream listed, and frees them.
+struct plist {
+    u64 serial;
+    u64 stream[PROC_STREAMS];
+};
+
+BPF_HASH(streams, struct gkey, struct sstate, STREAMS_MAX);
+BPF_HASH(cuda_events, struct gkey, struct estate, CUDA_EVENTS_MAX);
+BPF_HASH(proc_streams, u32, struct plist, PROCS_MAX);
+BPF_ARRAY(zero_stream, struct sstate, 1);  // never written: a new state's value
+
+#define STREAM_KEY_LEGACY 1
+
+// What a stream handle names: the legacy default stream (NULL, cudaStreamLegacy), the
+// calling thread's default stream (cudaStreamPerThread, or NULL in a _ptsz call), or a
+// created stream.
+static __always_inline u64 stream_key(u64 stream, u32 cookie) {
+    if (stream == STREAM_PER_THREAD || (stream == 0 && (cookie & COOKIE_PTSZ_BIT)))
+        return PER_THREAD_KEY | (u32)bpf_get_current_pid_tgid();
+    if (stream == 0 || stream == STREAM_LEGACY)
+        return STREAM_KEY_LEGACY;
+    return stream;
 }
 
-// A launch returned success: count it, its shape, and maybe start a duration sample.
+static __always_inline struct sstate *stream_state(u32 tgid, u64 skey, u32 dev, int create) {
+    struct gkey k = {};
+    k.tgid = tgid;
+    k.handle = skey;
+    struct sstate *s = streams.lookup(&k);
+    if (s || !create)
+        return s;
+    struct plist *pl = proc_streams.lookup(&tgid);
+    if (!pl) {
+        u32 z0 = 0;
+        struct sstate *zs = zero_stream.lookup(&z0);
+        if (!zs)
+            return 0;
+        // A struct plist is smaller than a struct sstate: its zeroed bytes serve.
+        proc_streams.insert(&tgid, (struct plist *)zs);
+        pl = proc_streams.lookup(&tgid);
+        if (!pl) {
+            drop(DROP_PENDING_FULL);
+            return 0;
+        }
+    }
+    u32 i;
+    for (i = 0; i < PROC_STREAMS; i++) {
+        if (pl->stream[i] == 0 && __sync_val_compare_and_swap(&pl->stream[i], 0, skey) == 0)
+            break;
+    }
+    if (i >= PROC_STREAMS) {
+        drop(DROP_PENDING_FULL);
+        return 0;
+    }
+    u32 z = 0;
+    struct sstate *zero = zero_stream.lookup(&z);
+    if (!zero)
+        return 0;
+    streams.insert(&k, zero);  // (may exist: another thread of the process made it)
+    s = streams.lookup(&k);
+    if (!s) {
+        pl->stream[i] = 0;
+        drop(DROP_PENDING_FULL);
+        return 0;
+    }
+    s->dev = dev;
+    return s;
+}
+
+// `n` launches of kernel `tag` join group `g`.
+static __always_inline void group_add(struct group *g, u64 tag, u64 n) {
+    for (u32 i = 0; i < GROUP_KERNELS; i++) {
+        u64 held = g->tag[i];
+        if (held == 0)
+            held = __sync_val_compare_and_swap(&g->tag[i], 0, tag) == 0 ? tag : g->tag[i];
+        if (held == tag) {
+            __sync_fetch_and_add(&g->n[i], n);
+            return;
+        }
+    }
+    __sync_fetch_and_add(&g->other, n);
+}
+
+static __always_inline void group_launch(u32 tgid, u16 api, u64 id, u64 stream, u32 cookie,
+                                         u32 dev, u64 ts) {
+    struct sstate *s = stream_state(tgid, stream_key(stream, cookie), dev, 1);
+    if (!s)
+        return;
+    if (s->open.first == 0)
+        __sync_val_compare_and_swap(&s->open.first, 0, ts);
+    group_add(&s->open, (id & DURATION_OTHER_ID) | (u64)(api + 1) << 48, 1);
+}
+
+static __always_inline void hist_n(u32 tgid, u16 sub, u64 id, u32 dev, u64 v, u64 n) {
+    add(tgid, FAM_DURATION, sub, id, slot_of(v), dev, n);
+    add(tgid, FAM_DURATION, sub, id, SLOT_SUM, dev, v * n);
+}
+
+// Group `g` is complete at `done`: each of its launches one sample of its bound.
+static __always_inline void group_close(u32 tgid, struct group *g, u32 dev, u64 done,
+                                        u32 completion) {
+    u64 first = g->first;
+    if (!first || __sync_val_compare_and_swap(&g->first, first, 0) != first)
+        return;  // empty, or closed by another thread
+    u64 lo = g->lower > first ? g->lower : first;
+    u64 d = done > lo ? done - lo : 0;
+    g->lower = 0;
+    u16 c = completion << 8;
+    // One place that counts (the verifier walks it once per kernel, not once per call
+    // site): the last turn is the launches of further kernels, as "other".
+    for (u32 i = 0; i <= GROUP_KERNELS; i++) {
+        u64 tag, n;
+        if (i < GROUP_KERNELS) {
+            tag = g->tag[i & (GROUP_KERNELS - 1)];
+            n = __sync_fetch_and_and(&g->n[i & (GROUP_KERNELS - 1)], 0);
+            g->tag[i & (GROUP_KERNELS - 1)] = 0;
+        } else {
+            tag = DURATION_OTHER_ID | (u64)(API_RUNTIME + 1) << 48;
+            n = __sync_fetch_and_and(&g->other, 0);
+        }
+        if (tag && n)
+            hist_n(tgid, c | (u16)((tag >> 48) - 1), tag & DURATION_OTHER_ID, dev, d, n);
+    }
+}
+
+// `from`'s launches are `into`'s too (a record sealing more work before one not yet known
+// complete: both complete with the later record).
+static __always_inline void group_merge(struct group *into, struct group *from) {
+    u64 first = from->first;
+    if (!first)
+        return;
+    if (!into->first) {  // moved whole: its lower bound and record with it
+        *into = *from;
+        __builtin_memset(from, 0, sizeof(*from));
+        return;
+    }
+    if (first < into->first)
+        into->first = first;
+    for (u32 i = 0; i < GROUP_KERNELS; i++) {
+        u64 tag = from->tag[i];
+        u64 n = from->n[i];
+        if (tag && n)
+            group_add(into, tag, n);
+    }
+    if (from->other)
+        __sync_fetch_and_add(&into->other, from->other);
+    __builtin_memset(from, 0, sizeof(*from));
+}
+
+static __always_inline void raise_lower(struct group *g, u64 t) {
+    if (g->first && g->lower < t)
+        g->lower = t;
+}
+
+// cudaEventRecord(event, stream) and the like returned success.
+static __always_inline void event_recorded(u32 tgid, u64 event, u64 stream, u32 cookie) {
+    struct gkey ek = {};
+    ek.tgid = tgid;
+    ek.handle = event;
+    u64 skey = stream_key(stream, cookie);
+    struct sstate *s = stream_state(tgid, skey, 0, 0);
+    struct plist *pl = proc_streams.lookup(&tgid);
+    if (!s || !pl) {  // nothing launched on the stream since a device synchronise
+        cuda_events.delete(&ek);
+        return;
+    }
+    u64 serial = __sync_fetch_and_add(&pl->serial, 1) + 1;
+    if (s->open.first) {
+        group_merge(&s->sealed, &s->open);
+        s->sealed_at = serial;
+    }
+    s->open.after = serial;
+    struct estate e = {};
+    e.stream = skey;
+    e.serial = serial;
+    if (cuda_events.update(&ek, &e) != 0)
+        drop(DROP_EVENT_MAP_FULL);
+}
+
+// What a completion point completes is closed by close_groups, tail-called by the
+// return program once the call is counted: the return program would be too large for the
+// verifier with it (each close counts up to GROUP_KERNELS + 1 histograms).
+#define CLOSE_EVENT 1  // the sealed group of stream close_key, if sealed by close_serial
+#define CLOSE_STREAM 2  // both groups of stream close_key
+#define CLOSE_DEVICE 3  // every stream of the process on device close_dev
+BPF_PROG_ARRAY(tails, 1);  // [0]: close_groups (loaded and set by loader.load_tails)
+
+static __always_inline void close_later(struct tstate *t, u8 mode, u64 key, u64 serial,
+                                        u32 dev, u64 done, u32 completion) {
+    t->close_mode = mode;
+    t->close_key = key;
+    t->close_serial = serial;
+    t->close_dev = dev;
+    t->close_done = done;
+    t->close_completion = completion;
+    t->close_i = 0;
+}
+
+// The event's record is complete at `done`: so is the sealed group, if sealed by it or
+// by an earlier record on its stream.
+static __always_inline void event_done(struct tstate *t, u32 tgid, u64 event, u64 done,
+                                       u32 completion) {
+    struct gkey k = {};
+    k.tgid = tgid;
+    k.handle = event;
+    struct estate *e = cuda_events.lookup(&k);
+    if (e)  // (else never recorded, or recorded where nothing was pending)
+        close_later(t, CLOSE_EVENT, e->stream, e->serial, 0, done, completion);
+}
+
+// The event's record was not complete at `t`: what was launched on its stream after it
+// started after `t`.
+static __always_inline void event_not_ready(u32 tgid, u64 event, u64 t) {
+    struct gkey k = {};
+    k.tgid = tgid;
+    k.handle = event;
+    struct estate *e = cuda_events.lookup(&k);
+    if (!e)
+        return;
+    u64 serial = e->serial;
+    k.handle = e->stream;
+    struct sstate *s = streams.lookup(&k);
+    if (!s)
+        return;
+    if (s->sealed.after >= serial)
+        raise_lower(&s->sealed, t);
+    raise_lower(&s->open, t);
+}
+
+static __always_inline void event_forget(u32 tgid, u64 event) {
+    struct gkey k = {};
+    k.tgid = tgid;
+    k.handle = event;
+    cuda_events.delete(&k);
+}
+
+// Both groups of stream state `s` complete at `done`.
+static __always_inline void stream_close(u32 tgid, struct sstate *s, u64 done,
+                                         u32 completion) {
+    group_close(tgid, &s->sealed, s->dev, done, completion);
+    group_close(tgid, &s->open, s->dev, done, completion);
+}
+
+// A synchronising call returned at `now`.
+static __always_inline void synced(struct tstate *t, u32 tgid, u32 call, u64 arg,
+                                   u32 cookie, u32 dev, u64 now) {
+    if (call == SYNC_CUDA_EVENT || call == SYNC_CU_EVENT)
+        event_done(t, tgid, arg, now, COMPLETION_EVENT);
+    else if (call == SYNC_CUDA_STREAM || call == SYNC_CU_STREAM)
+        close_later(t, CLOSE_STREAM, stream_key(arg, cookie), 0, 0, now,
+                    COMPLETION_SYNC_FALLBACK);
+    else
+        close_later(t, CLOSE_DEVICE, 0, 0, dev, now, COMPLETION_SYNC_FALLBACK);
+}
+// --- end of completion points ---------------------------------------------------------
+
+// A launch returned success: count it in its process's slots or in `stats`.
 static __always_inline void count_launch(u32 tgid, struct shape *s, u16 api, u64 id,
                                          u32 dev) {
     u64 tag = id | (u64)api << 48 | (u64)dev << 56;
@@ -412,7 +685,8 @@ static __always_inline void count_launch(u32 tgid, struct shape *s, u16 api, u64
 
 // A launch returned success: count it, its shape, and maybe start a duration sample.
 static __always_inline void launched(u32 tgid, u16 api, u64 id, u64 grid, u64 block,
-                                     u64 stream, u32 dev, struct tstate *t) {
+                                     struct frame *f, u32 dev, struct tstate *t) {
+    group_launch(tgid, api, id, f->d, f->cookie, dev, f->ts);
     struct shape *s = shape_of(t, tgid, 1);
     if (!s) {
         add(tgid, FAM_LAUNCH, api, id, 0, dev, 1);
@@ -421,30 +695,6 @@ static __always_inline void launched(u32 tgid, u16 api, u64 id, u64 grid, u64 bl
     count_launch(tgid, s, api, id, dev);
     if (api != API_GRAPH)
         shape_add(s, grid, block);
-    if (s->pending == 0)
-        pend(tgid, s, api, id, stream, dev);
-    t->pending_hint = 1;
-}
-
-// A synchronising call returned: it covered the oldest launch not yet covered (a stream
-// sync only when that launch went to the same stream or to the legacy default stream).
-static __always_inline void synced(struct tstate *t, u32 tgid, u32 call, u64 stream,
-                                   u64 now) {
-    struct pend *p = pending.lookup(&tgid);
-    if (!p)
-        return;
-    if ((call == SYNC_CUDA_STREAM || call == SYNC_CU_STREAM) && stream != 0 &&
-        p->stream != 0 && p->stream != stream)
-        return;
-    u64 d = now > p->ts ? now - p->ts : 0;
-    u64 id = p->id;
-    u16 api = p->api;
-    u32 dev = p->dev;
-    pending.delete(&tgid);
-    struct shape *s = shape_of(t, tgid, 0);
-    if (s)
-        s->pending = 0;
-    hist(tgid, FAM_DURATION, api, id, dev, d);
 }
 
 // --- frames ----------------------------------------------------------------------------
@@ -609,6 +859,13 @@ static __always_inline void finish(struct pt_regs *ctx, u32 tgid, struct frame *
     u16 api = COOKIE_DRIVER(f->cookie) ? API_DRIVER : API_RUNTIME;
     if (f->op == OP_CAPTURE_END && f->counted)
         capture_ended(tgid, f, rc);
+    if (rc == CUDA_NOT_READY && (f->op == OP_EVENT_QUERY || f->op == OP_STREAM_QUERY)) {
+        // An answer, not an error: the work before the completion point was not done
+        // when the call began.
+        if (f->counted && f->op == OP_EVENT_QUERY)
+            event_not_ready(tgid, f->a, f->ts);
+        return;
+    }
     if (rc != 0) {
         // Which call failed: the return probe carries the same cookie as the entry's
         // (read here, not on every launch).
@@ -622,7 +879,7 @@ static __always_inline void finish(struct pt_regs *ctx, u32 tgid, struct frame *
             break;
         if (captured(tgid, api, f->a, f->d))
             break;
-        launched(tgid, api, f->a, f->b, f->c, f->d, dev, t);
+        launched(tgid, api, f->a, f->b, f->c, f, dev, t);
         break;
     case OP_GRAPH_LAUNCH: {
         // A graph launched into a capture becomes a node of that graph: not run here.
@@ -632,8 +889,7 @@ static __always_inline void finish(struct pt_regs *ctx, u32 tgid, struct frame *
         k.tgid = tgid;
         k.handle = f->a;
         u64 *serial = execs.lookup(&k);
-        launched(tgid, API_GRAPH, serial ? *serial | GRAPH_SERIAL_BIT : f->a, 0, 0, f->d, dev,
-                 t);
+        launched(tgid, API_GRAPH, serial ? *serial | GRAPH_SERIAL_BIT : f->a, 0, 0, f, dev, t);
         break;
     }
     case OP_COPY:
@@ -653,8 +909,7 @@ static __always_inline void finish(struct pt_regs *ctx, u32 tgid, struct frame *
         u64 now = bpf_ktime_get_ns();
         if (f->counted) {
             hist(tgid, FAM_SYNC, COOKIE_ARG(f->cookie), 0, dev, now > f->ts ? now - f->ts : 0);
-            synced(t, tgid, COOKIE_ARG(f->cookie), f->d, now);
-            t->pending_hint = 0;
+            synced(t, tgid, COOKIE_ARG(f->cookie), f->d, f->cookie, dev, now);
         }
         break;
     }
@@ -733,8 +988,11 @@ static __always_inline void finish(struct pt_regs *ctx, u32 tgid, struct frame *
         break;
     case OP_EVENT_RECORD: {  // (event, stream[, flags])
         u64 c = f->counted ? capture_of(tgid, f->b) : 0;
-        if (!c)
+        if (!c) {
+            if (f->counted)
+                event_recorded(tgid, f->a, f->b, f->cookie);
             break;
+        }
         struct gkey k = {};
         k.tgid = tgid;
         k.handle = f->a;
@@ -762,6 +1020,19 @@ static __always_inline void finish(struct pt_regs *ctx, u32 tgid, struct frame *
             drop(DROP_GRAPHS_FULL);
         break;
     }
+    case OP_EVENT_QUERY:  // (event): ready
+        if (f->counted)
+            event_done(t, tgid, f->a, bpf_ktime_get_ns(), COMPLETION_EVENT);
+        break;
+    case OP_STREAM_QUERY:  // (stream): idle
+        if (f->counted)
+            close_later(t, CLOSE_STREAM, stream_key(f->a, f->cookie), 0, 0,
+                        bpf_ktime_get_ns(), COMPLETION_EVENT);
+        break;
+    case OP_EVENT_DESTROY:  // (event)
+        if (f->counted)
+            event_forget(tgid, f->a);
+        break;
     case OP_GRAPH_CREATE:  // (cudaGraph_t *pGraph, flags)
         if (f->counted)
             graph_event(tgid, EV_GRAPH_CREATE, 0, read_u64(f->a), 0);
@@ -842,6 +1113,10 @@ static __always_inline int returned(struct pt_regs *ctx, int side) {
     return 0;
 #endif
     finish(ctx, t->tgid, f, t);
+    if (t->close_mode) {
+        tails.call(ctx, 0);  // close_groups
+        t->close_mode = 0;  // (not loaded: `tails` empty)
+    }
     return 0;
 }
 
@@ -851,6 +1126,69 @@ int on_return(struct pt_regs *ctx) {
 
 int on_return_drv(struct pt_regs *ctx) {
     return returned(ctx, 1);
+}
+
+// --- completion points (issue #27): the return programs' tail call ------------
+// The tail of a return program whose call observed a completion point (close_later):
+// one group closed a call (one place in the program that closes, so that the verifier
+// walks it once), the next group in a tail call. A device synchronise walks the
+// process's stream list, two steps (sealed, open) a place: 2 * PROC_STREAMS calls at
+// most, within the kernel's 33 tail calls.
+int close_groups(struct pt_regs *ctx) {
+    struct tstate *t = thread_state(ctx, 0);
+    if (!t || !t->close_mode)
+        return 0;
+    u32 tgid = t->tgid;
+    u32 step = t->close_i;
+    t->close_i = step + 1;
+    struct gkey k = {};
+    k.tgid = tgid;
+    k.handle = t->close_key;
+    struct sstate *s = 0;
+    struct group *g = 0;
+    if (t->close_mode == CLOSE_DEVICE) {
+        u32 i = step >> 1;
+        struct plist *pl = proc_streams.lookup(&tgid);
+        if (!pl || i >= PROC_STREAMS) {
+            t->close_mode = 0;
+            return 0;
+        }
+        u64 skey = pl->stream[i & (PROC_STREAMS - 1)];
+        if (skey) {
+            k.handle = skey;
+            s = streams.lookup(&k);
+            if (s && s->dev != t->close_dev)
+                s = 0;  // another device's: stays
+            else if (step & 1) {  // its last step: the state freed after
+                pl->stream[i & (PROC_STREAMS - 1)] = 0;
+            }
+        } else {
+            t->close_i = step + 2 - (step & 1);  // an empty place: the next one
+        }
+        if (s)
+            g = (step & 1) ? &s->open : &s->sealed;
+    } else {
+        s = streams.lookup(&k);
+        if (t->close_mode == CLOSE_EVENT || step >= 1)
+            t->close_mode = 0;
+        if (s && t->close_mode == 0 && step == 0) {  // CLOSE_EVENT
+            if (s->sealed.first && s->sealed_at <= t->close_serial)
+                g = &s->sealed;
+        } else if (s) {  // CLOSE_STREAM, step 0 (sealed) then 1 (open)
+            g = step ? &s->open : &s->sealed;
+        }
+    }
+    if (s && g)
+        group_close(tgid, g, s->dev, t->close_done,
+                    t->close_mode == CLOSE_DEVICE ? COMPLETION_SYNC_FALLBACK
+                                                  : t->close_completion);
+    if (s && t->close_mode == CLOSE_DEVICE && (step & 1))
+        streams.delete(&k);
+    if (!t->close_mode)
+        return 0;
+    tails.call(ctx, 0);
+    t->close_mode = 0;  // (the tail call limit reached: the rest stay for the next sync)
+    return 0;
 }
 
 // --- entry programs --------------------------------------------------------------------
@@ -889,12 +1227,17 @@ static __always_inline u64 dim3_count(u64 xy, u64 z) {
 //                  size_t sharedMem, cudaStream_t stream): a 12-byte dim3 by value is two
 // INTEGER eightbytes: x|y<<32 in one register, z in the next. 7th and 8th words on the
 // stack. Also cudaLaunchCooperativeKernel and the _ptsz variants.
+// The launch's entry time (f->ts) bounds its kernel's start: a kernel may start before
+// its launch call returns.
 ENTRY(rt_launch, OP_LAUNCH, 0) {
+    f->ts = bpf_ktime_get_ns();
     f->a = PT_REGS_PARM1(ctx);
     f->b = dim3_count(PT_REGS_PARM2(ctx), PT_REGS_PARM3(ctx));
     f->c = dim3_count(PT_REGS_PARM4(ctx), PT_REGS_PARM5(ctx));
-    f->d = t->pending_hint && !captures_open() ? 0 : stack_arg(ctx, RT_LAUNCH_STREAM_STACK_SLOT);
+    f->d = stack_arg(ctx, RT_LAUNCH_STREAM_STACK_SLOT);
 }
+// The _ptsz launches: a NULL stream is the thread's default stream (the cookie says so).
+ENTRY_FILLED(rt_launch_ptsz, OP_LAUNCH, 0, COOKIE_PTSZ_BIT, rt_launch_fill)
 
 // cudaLaunchKernelExC(const cudaLaunchConfig_t *config, const void *func, void **args),
 // cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **params, void **extra):
@@ -908,6 +1251,7 @@ struct launch_cfg {
 
 ENTRY(launch_ex, OP_LAUNCH, PROBE_COOKIE) {
     struct launch_cfg c = {};
+    f->ts = bpf_ktime_get_ns();
     bpf_probe_read_user(&c, sizeof(c), (void *)PT_REGS_PARM1(ctx) + LCFG_GRID_OFF);
     f->a = PT_REGS_PARM2(ctx);
     f->b = (u64)c.dims[0] * c.dims[1] * c.dims[2];
@@ -920,6 +1264,7 @@ ENTRY(launch_ex, OP_LAUNCH, PROBE_COOKIE) {
 // the stack (read in one go). Also cuLaunchCooperativeKernel.
 ENTRY(drv_launch, OP_LAUNCH, COOKIE_DRIVER_BIT) {
     u64 stack[3] = {};
+    f->ts = bpf_ktime_get_ns();
     bpf_probe_read_user(&stack, sizeof(stack),
                         (void *)PT_REGS_SP(ctx) + 8 * CU_LAUNCH_BZ_STACK_SLOT);
     f->a = PT_REGS_PARM1(ctx);
@@ -929,9 +1274,12 @@ ENTRY(drv_launch, OP_LAUNCH, COOKIE_DRIVER_BIT) {
            (stack[0] & 0xffffffff);
     f->d = stack[CU_LAUNCH_STREAM_STACK_SLOT - CU_LAUNCH_BZ_STACK_SLOT];
 }
+ENTRY_FILLED(drv_launch_ptsz, OP_LAUNCH, 0, COOKIE_DRIVER_BIT | COOKIE_PTSZ_BIT,
+             drv_launch_fill)
 
 // cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream), cuGraphLaunch likewise
 ENTRY(graph_launch, OP_GRAPH_LAUNCH, PROBE_COOKIE) {
+    f->ts = bpf_ktime_get_ns();
     f->a = PT_REGS_PARM1(ctx);
     f->d = PT_REGS_PARM2(ctx);
 }
@@ -1102,6 +1450,18 @@ KEEP_ARGS(capture_end, OP_CAPTURE_END)
 KEEP_ARGS(event_record, OP_EVENT_RECORD)
 KEEP_ARGS(stream_wait, OP_STREAM_WAIT)
 KEEP_ARGS(graph_create, OP_GRAPH_CREATE)
+// Completion points (issue #27): the call's handle, and its entry time (a not-ready
+// answer says the work was not done when the call began).
+ENTRY(event_query, OP_EVENT_QUERY, PROBE_COOKIE) {
+    f->ts = bpf_ktime_get_ns();
+    f->a = PT_REGS_PARM1(ctx);
+}
+ENTRY(stream_query, OP_STREAM_QUERY, PROBE_COOKIE) {
+    f->a = PT_REGS_PARM1(ctx);
+}
+ENTRY(event_destroy, OP_EVENT_DESTROY, PROBE_COOKIE) {
+    f->a = PT_REGS_PARM1(ctx);
+}
 KEEP_ARGS(graph_add_kernel, OP_GRAPH_ADD_KERNEL)
 KEEP_ARGS(graph_add_child, OP_GRAPH_ADD_KERNEL)
 KEEP_ARGS(graph_clone, OP_GRAPH_CLONE)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
-from gpu_exporter.sources.ebpf.abi import MemoryType
+from gpu_exporter.sources.ebpf.abi import Completion, MemoryType
 
 # Fixed bucket bounds. The BPF side keeps log2 slots (slot s holds values in
 # (2^(s-1), 2^s]); every bound below is a power of two, so the cumulative counts are exact.
@@ -72,6 +72,8 @@ class CallKey(NamedTuple):
     error_type: str = ""  # errors: the code's name (cudaErrorNoDevice), or its number
     pid: int | None = None  # only with --ebpf.pid-label
     device: str | None = None  # the device's key (GPU or MIG UUID), when certain
+    # kernel durations: what bounded the kernel's completion (docs/ebpf.md)
+    completion: Completion | Literal[""] = ""
 
 
 def order(key: CallKey) -> tuple[tuple[int, str | int], ...]:

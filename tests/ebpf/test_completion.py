@@ -1,0 +1,127 @@
+"""Kernel durations bounded by completion points (issue #27): the real exporter, real
+uprobes on the fake CUDA libraries, whose simulated GPU clock runs each kernel of
+tests/ebpf/csrc/completion.c for a known GPU time (20 ms; t_long 200 ms). Every launch
+covered by a completion point gets one sample, per stream, labelled by what bounded it;
+no bound is below the kernel's simulated duration. Counts are filtered by the
+workloads' own process ids (other CUDA programs may run on the machine)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from tests.ebpf.conftest import Build, Workload, copy_program, only_ebpf_args, wait_attached
+from tests.helpers import Series, eventually, exporter, find, parse, promtool_check_metrics
+
+LOOPS = 4
+PER_THREAD_LOOPS = 1  # each thread: 3 launches and stream synchronises a loop
+KERNEL_S = 0.020
+LONG_S = 0.200
+# Bucket bounds just below the simulated durations: a bound is never at or under them.
+BELOW_KERNEL = 2**24 * 1e-9  # 16.8 ms
+BELOW_LONG = 2**26 * 1e-9  # 67.1 ms
+# "Close" when polled tightly: within this of the simulated time, per sample, on
+# average (generous: a loaded 2-core machine delays the polling thread).
+SLACK_S = 1.0
+
+
+@dataclass(frozen=True)
+class Run:
+    text: str
+    series: list[Series]
+    pids: dict[str, str]  # workload -> pid
+
+    def durations(self, workload: str, suffix: str) -> dict[tuple[str, str], float]:
+        """(kernel, completion) -> the value of gpu_kernel_duration_seconds_<suffix>."""
+        return {(x.labels["cuda_kernel_name"], x.labels.get("completion", "")): x.value
+                for x in find(self.series, f"gpu_kernel_duration_seconds_{suffix}",
+                              process_pid=self.pids[workload],
+                              gpu_measurement_source="ebpf_model")}
+
+    def bucket(self, workload: str, kernel: str, le: float) -> float:
+        return sum(x.value for x in find(self.series, "gpu_kernel_duration_seconds_bucket",
+                                         process_pid=self.pids[workload],
+                                         cuda_kernel_name=kernel)
+                   if float(x.labels["le"]) == le)
+
+
+ISSUE_COUNTS = {("k_polled", "event"): LOOPS, ("k_front", "event"): LOOPS,
+                ("k_timed", "event"): LOOPS, ("k_late", "sync_fallback"): LOOPS,
+                ("k_waiter", "sync_fallback"): LOOPS}
+
+
+@pytest.fixture(scope="module")
+def run(cuda_build: Build) -> Iterator[Run]:
+    program = copy_program(cuda_build, "completion", "completion_wl")
+    args = [*only_ebpf_args(), "--collector.ebpf", "--ebpf.rescan-interval=0.2",
+            "--ebpf.pid-label"]
+    with exporter(args) as exp:
+        work = {"issue": Workload([program, "issue", str(LOOPS)]),
+                "per_thread": Workload([program, "per_thread", str(PER_THREAD_LOOPS)]),
+                "stream_query": Workload([program, "stream_query", str(LOOPS)])}
+        wait_attached(exp, cuda_build.dir)
+        for w in work.values():
+            w.go()
+        pids = {name: str(w.proc.pid) for name, w in work.items()}
+
+        def complete() -> Run | None:
+            text = exp.scrape()
+            r = Run(text, parse(text), pids)
+            done = (r.durations("issue", "count") == ISSUE_COUNTS
+                    and sum(r.durations("per_thread", "count").values()) >= 6
+                    and sum(r.durations("stream_query", "count").values()) >= LOOPS)
+            return r if done else None
+
+        # The last samples are counted when the event loop has read the kernels' names.
+        # Not all there after a minute: the tests say what is missing.
+        try:
+            yield eventually(complete, 60, "every launch's duration sample")
+        except AssertionError:
+            text = exp.scrape()
+            yield Run(text, parse(text), pids)
+
+
+def test_every_covered_launch_gets_one_sample_labelled_by_its_completion(run: Run) -> None:
+    promtool_check_metrics(run.text)
+    # k_polled: its event polled ready; k_front and k_timed: cudaEventSynchronize of the
+    # event recorded after them; k_late (legacy stream) and k_waiter (stream B): only
+    # cudaDeviceSynchronize covers them.
+    assert run.durations("issue", "count") == ISSUE_COUNTS
+
+
+def test_no_bound_below_the_simulated_gpu_time(run: Run) -> None:
+    for kernel, _ in ISSUE_COUNTS:
+        assert run.bucket("issue", kernel, BELOW_KERNEL) == 0, kernel
+    sums = run.durations("issue", "sum")
+    assert sums[("k_polled", "event")] >= LOOPS * KERNEL_S
+    # k_front and k_timed share one bound, from k_front's launch: both ran in it.
+    assert sums[("k_front", "event")] >= LOOPS * 2 * KERNEL_S
+    assert sums[("k_timed", "event")] == sums[("k_front", "event")]
+    assert sums[("k_late", "sync_fallback")] >= LOOPS * KERNEL_S
+
+
+def test_tight_polling_bounds_closely(run: Run) -> None:
+    sums = run.durations("issue", "sum")
+    assert sums[("k_polled", "event")] <= LOOPS * (KERNEL_S + SLACK_S)
+    q = run.durations("stream_query", "sum")
+    assert set(q) == {("q_kernel", "event")}
+    assert run.durations("stream_query", "count")[("q_kernel", "event")] == LOOPS
+    assert LOOPS * KERNEL_S <= q[("q_kernel", "event")] <= LOOPS * (KERNEL_S + SLACK_S)
+
+
+def test_per_thread_default_streams_are_apart(run: Run) -> None:
+    # Each thread's stream synchronise covers its own launches only: t_long (200 ms) is
+    # never closed by the other thread's synchronise after t_short's 20 ms.
+    counts = run.durations("per_thread", "count")
+    assert counts == {("t_short", "sync_fallback"): 3 * PER_THREAD_LOOPS,
+                      ("t_long", "sync_fallback"): 3 * PER_THREAD_LOOPS}
+    assert run.bucket("per_thread", "t_long", BELOW_LONG) == 0
+    assert run.bucket("per_thread", "t_short", BELOW_KERNEL) == 0
+
+
+def test_not_ready_answers_are_not_errors(run: Run) -> None:
+    errors = [x for x in find(run.series, "gpu_cuda_errors_total",
+                              process_executable_name="completion_wl")]
+    assert errors == []
