@@ -16,6 +16,9 @@ from tests.ebpf.conftest import Build, Workload, copy_program, only_ebpf_args, w
 from tests.helpers import Series, eventually, exporter, find, parse, promtool_check_metrics
 
 LOOPS = 4
+LOWER_LOOPS = 2
+FIRST_S = 1.0  # k_first's simulated time: k_second waits behind it
+MANY = 70_000  # events: more than the BPF map holds (abi.CUDA_EVENTS_MAX)
 PER_THREAD_LOOPS = 1  # each thread: 3 launches and stream synchronises a loop
 KERNEL_S = 0.020
 LONG_S = 0.200
@@ -60,7 +63,9 @@ def run(cuda_build: Build) -> Iterator[Run]:
     with exporter(args) as exp:
         work = {"issue": Workload([program, "issue", str(LOOPS)]),
                 "per_thread": Workload([program, "per_thread", str(PER_THREAD_LOOPS)]),
-                "stream_query": Workload([program, "stream_query", str(LOOPS)])}
+                "stream_query": Workload([program, "stream_query", str(LOOPS)]),
+                "lower": Workload([program, "lower", str(LOWER_LOOPS)]),
+                "odd": Workload([program, "odd", "1"])}
         wait_attached(exp, cuda_build.dir)
         for w in work.values():
             w.go()
@@ -71,7 +76,9 @@ def run(cuda_build: Build) -> Iterator[Run]:
             r = Run(text, parse(text), pids)
             done = (r.durations("issue", "count") == ISSUE_COUNTS
                     and sum(r.durations("per_thread", "count").values()) >= 6
-                    and sum(r.durations("stream_query", "count").values()) >= LOOPS)
+                    and sum(r.durations("stream_query", "count").values()) >= LOOPS
+                    and sum(r.durations("lower", "count").values()) >= 2 * LOWER_LOOPS
+                    and sum(r.durations("odd", "count").values()) >= 5)
             return r if done else None
 
         # The last samples are counted when the event loop has read the kernels' names.
@@ -125,3 +132,66 @@ def test_not_ready_answers_are_not_errors(run: Run) -> None:
     errors = [x for x in find(run.series, "gpu_cuda_errors_total",
                               process_executable_name="completion_wl")]
     assert errors == []
+
+
+def test_a_not_ready_answer_moves_the_lower_end(run: Run) -> None:
+    # k_second (20 ms) runs behind k_first (1 s); e1, recorded between them, answered
+    # not ready while k_first ran: k_second's bound starts at the last such answer, not
+    # at its launch (which would make it >= 1.02 s).
+    counts = run.durations("lower", "count")
+    assert counts == {("k_first", "event"): LOWER_LOOPS, ("k_second", "event"): LOWER_LOOPS}
+    sums = run.durations("lower", "sum")
+    assert sums[("k_first", "event")] >= LOWER_LOOPS * FIRST_S
+    assert run.bucket("lower", "k_second", BELOW_KERNEL) == 0
+    assert sums[("k_second", "event")] < LOWER_LOOPS * FIRST_S / 2
+
+
+def test_odd_uses_of_events_give_no_wrong_bound(run: Run) -> None:
+    # A query of an event never recorded is no completion point (k_odd1 waits for the
+    # device synchronise); an event recorded twice, polled ready from another thread,
+    # bounds both launches before its second record; a graph launch bounded by an event
+    # (one sample, "unknown"); an allocator-style event queried late still bounds k_use.
+    assert run.durations("odd", "count") == {
+        ("k_odd1", "sync_fallback"): 1, ("k_re1", "event"): 1, ("k_re2", "event"): 1,
+        ("unknown", "event"): 1, ("k_use", "event"): 1}
+    for kernel in ("k_odd1", "k_re1", "k_re2", "k_use"):
+        assert run.bucket("odd", kernel, BELOW_KERNEL) == 0, kernel
+
+
+def test_more_events_than_the_map_holds_and_exit_frees_them(cuda_build: Build) -> None:
+    program = copy_program(cuda_build, "completion", "completion_wl")
+    args = [*only_ebpf_args(), "--collector.ebpf", "--ebpf.rescan-interval=0.2",
+            "--ebpf.pid-label"]
+    with exporter(args) as exp:
+        many = Workload([program, "many", str(MANY)])
+        wait_attached(exp, cuda_build.dir)
+        many.go(timeout=600)
+        pid = str(many.proc.pid)
+
+        def sampled() -> list[Series]:
+            s = parse(exp.scrape())
+            got = {(x.labels["cuda_kernel_name"], x.labels["completion"]): x.value
+                   for x in find(s, "gpu_kernel_duration_seconds_count", process_pid=pid)}
+            assert got == {("k_many", "sync_fallback"): MANY}, got
+            return s
+
+        # Every launch has its sample (the device synchronise covers what the events not
+        # kept could not); the events not kept are counted. The scrape also folds the
+        # exited process: its streams and events are freed.
+        series = eventually(sampled, 60, "a sample for each of the many launches")
+        assert sum(x.value for x in find(series, "gpu_exporter_ebpf_events_dropped_total",
+                                         reason="cuda_event_map_full")) > 0
+        # Freed: a process after it has its events kept again.
+        odd = Workload([program, "odd", "1"])
+        wait_attached(exp, cuda_build.dir)  # (detached once `many` exited: again)
+        odd.go()
+        run = Run("", [], {"odd": str(odd.proc.pid)})
+
+        def odd_sampled() -> bool:
+            nonlocal run
+            text = exp.scrape()
+            run = Run(text, parse(text), run.pids)
+            return sum(run.durations("odd", "count").values()) >= 5
+
+        eventually(odd_sampled, 60, "the odd workload's samples")
+        assert run.durations("odd", "count")[("k_re1", "event")] == 1

@@ -35,8 +35,11 @@ GRAPHS_MAX: Final = 4096  # graphs, captures and executable graphs kept per proc
 GRAPH_SERIAL_BIT: Final = 1 << 47  # a graph launch key's id: an executable graph's serial
 
 # --- completion points (issue #27): kernel durations bounded per stream ------------------
-STREAMS_MAX: Final = 16384  # streams with launches awaiting a completion, all processes
-PROC_STREAMS: Final = 16  # of one process between two device synchronisations
+STREAMS_MAX: Final = 8192  # streams with launches awaiting a completion, all processes
+# ... of one process at once (a power of 2). A device synchronise closes each stream's
+# groups in (SEALED + 1) tail calls: (SEALED + 1) * PROC_STREAMS <= 32, the kernel's limit.
+PROC_STREAMS: Final = 8
+SEALED: Final = 3  # groups sealed by a record and not yet known complete, per stream
 CUDA_EVENTS_MAX: Final = 65536  # recorded CUDA events, all processes
 GROUP_KERNELS: Final = 4  # distinct kernels kept by name in a group; more: "other"
 COOKIE_PTSZ_SHIFT: Final = 31  # a probe's cookie: a _ptsz entry point (per-thread stream)
@@ -167,6 +170,10 @@ EV_GRAPH_DESTROY: Final = 28  # id = a graph destroyed
 # graph updated, instantiated again into the same handle, or destroyed): its counters are
 # final once this is read
 EV_GRAPH_RETIRED: Final = 29
+# (issue #27) A group of launches closed by a completion point (struct durations_event):
+# fam = completion, pad = device, id = the bound in ns; then GROUP_KERNELS launch tags
+# (kernel id | (api + 1) << 48), their counts, and the count of further kernels' launches.
+EV_DURATIONS: Final = 30
 GRAPH_EVENT = struct.Struct("<IIHHIQQ")
 GRAPH_EVENTS: Final = frozenset({EV_GRAPH_CREATE, EV_GRAPH_NODE, EV_CAPTURE_BEGIN,
                                  EV_CAPTURED_NODE, EV_CAPTURE_END, EV_GRAPH_EXEC,

@@ -111,6 +111,8 @@ class MapReader:
         self.attached = attached
         self.hold = HoldBack(counters, graphs, polls)
         self._retired = _Totals()
+        # kernel duration samples counted in user space (durations.py) not kept
+        self.durations_dropped: Callable[[], int] = lambda: 0
         self._read_lock = threading.Lock()
 
     @property
@@ -307,6 +309,7 @@ class MapReader:
         for reason, name in abi.DROP_NAMES.items():
             dropped[name] = scalar(table[table.Key(reason)])
         dropped[abi.DROP_GRAPH_NODES] = self.graphs.dropped
+        dropped[abi.DROP_NAMES[abi.DROP_STATS_FULL]] += self.durations_dropped()
         return dropped
 
 

@@ -393,8 +393,10 @@ struct group {
 
 struct sstate {
     struct group open;  // launched since the stream's last record
-    struct group sealed;  // launched before it (records since merged), not known complete
-    u64 sealed_at;  // the serial of the record that sealed `sealed` last
+    // Launched before it, not known complete: one group per record, the newest taking
+    // the next records' groups too when all are in use (complete with the last).
+    struct group sealed[SEALED];
+    u64 sealed_at[SEALED];  // the serial of the record that sealed each last
     u32 dev;
     u32 pad;
 };
@@ -498,10 +500,16 @@ static __always_inline void group_launch(u32 tgid, u16 api, u64 id, u64 stream, 
     group_add(&s->open, (id & DURATION_OTHER_ID) | (u64)(api + 1) << 48, 1);
 }
 
-static __always_inline void hist_n(u32 tgid, u16 sub, u64 id, u32 dev, u64 v, u64 n) {
-    add(tgid, FAM_DURATION, sub, id, slot_of(v), dev, n);
-    add(tgid, FAM_DURATION, sub, id, SLOT_SUM, dev, v * n);
-}
+// A group closed: its kernels' launch counts and its bound, on the `events` ring buffer
+// (EV_DURATIONS), for user space to count in `stats` (durations.py). Counting here would
+// cost the verifier too many paths (up to GROUP_KERNELS + 1 histograms per close); a
+// group closes once per completion point, not per launch.
+struct durations_event {
+    struct ehead head;  // fam: completion; pad: device; id: the bound in ns
+    u64 tag[GROUP_KERNELS];
+    u64 n[GROUP_KERNELS];
+    u64 other;
+};
 
 // Group `g` is complete at `done`: each of its launches one sample of its bound.
 static __always_inline void group_close(u32 tgid, struct group *g, u32 dev, u64 done,
@@ -512,22 +520,30 @@ static __always_inline void group_close(u32 tgid, struct group *g, u32 dev, u64 
     u64 lo = g->lower > first ? g->lower : first;
     u64 d = done > lo ? done - lo : 0;
     g->lower = 0;
-    u16 c = completion << 8;
-    // One place that counts (the verifier walks it once per kernel, not once per call
-    // site): the last turn is the launches of further kernels, as "other".
-    for (u32 i = 0; i <= GROUP_KERNELS; i++) {
-        u64 tag, n;
-        if (i < GROUP_KERNELS) {
-            tag = g->tag[i & (GROUP_KERNELS - 1)];
-            n = __sync_fetch_and_and(&g->n[i & (GROUP_KERNELS - 1)], 0);
-            g->tag[i & (GROUP_KERNELS - 1)] = 0;
-        } else {
-            tag = DURATION_OTHER_ID | (u64)(API_RUNTIME + 1) << 48;
-            n = __sync_fetch_and_and(&g->other, 0);
+    struct durations_event *e = events.ringbuf_reserve(sizeof(struct durations_event));
+    for (u32 i = 0; i < GROUP_KERNELS; i++) {
+        u64 tag = g->tag[i];
+        u64 n = __sync_fetch_and_and(&g->n[i], 0);
+        g->tag[i] = 0;
+        if (e) {
+            e->tag[i] = tag;
+            e->n[i] = n;
         }
-        if (tag && n)
-            hist_n(tgid, c | (u16)((tag >> 48) - 1), tag & DURATION_OTHER_ID, dev, d, n);
     }
+    u64 other = __sync_fetch_and_and(&g->other, 0);
+    if (!e) {
+        drop(DROP_EVENTS_FULL);
+        return;
+    }
+    e->other = other;
+    e->head.type = EV_DURATIONS;
+    e->head.tgid = tgid;
+    e->head.fam = completion;
+    e->head.sub = 0;
+    e->head.pad = dev;
+    e->head.id = d;
+    e->head.target = 0;
+    events.ringbuf_submit(e, 0);
 }
 
 // `from`'s launches are `into`'s too (a record sealing more work before one not yet known
@@ -573,8 +589,23 @@ static __always_inline void event_recorded(u32 tgid, u64 event, u64 stream, u32 
     }
     u64 serial = __sync_fetch_and_add(&pl->serial, 1) + 1;
     if (s->open.first) {
-        group_merge(&s->sealed, &s->open);
-        s->sealed_at = serial;
+        u32 into = SEALED, newest = 0;
+        u64 newest_at = 0;
+        for (u32 i = 0; i < SEALED; i++) {
+            if (!s->sealed[i].first) {
+                if (into == SEALED)
+                    into = i;
+            } else if (s->sealed_at[i] >= newest_at) {
+                newest_at = s->sealed_at[i];
+                newest = i;
+            }
+        }
+        if (into >= SEALED)
+            into = newest < SEALED ? newest : 0;
+        if (into < SEALED) {
+            group_merge(&s->sealed[into], &s->open);
+            s->sealed_at[into] = serial;
+        }
     }
     s->open.after = serial;
     struct estate e = {};
@@ -629,8 +660,9 @@ static __always_inline void event_not_ready(u32 tgid, u64 event, u64 t) {
     struct sstate *s = streams.lookup(&k);
     if (!s)
         return;
-    if (s->sealed.after >= serial)
-        raise_lower(&s->sealed, t);
+    for (u32 i = 0; i < SEALED; i++)
+        if (s->sealed[i].after >= serial)
+            raise_lower(&s->sealed[i], t);
     raise_lower(&s->open, t);
 }
 
@@ -639,13 +671,6 @@ static __always_inline void event_forget(u32 tgid, u64 event) {
     k.tgid = tgid;
     k.handle = event;
     cuda_events.delete(&k);
-}
-
-// Both groups of stream state `s` complete at `done`.
-static __always_inline void stream_close(u32 tgid, struct sstate *s, u64 done,
-                                         u32 completion) {
-    group_close(tgid, &s->sealed, s->dev, done, completion);
-    group_close(tgid, &s->open, s->dev, done, completion);
 }
 
 // A synchronising call returned at `now`.
@@ -1131,63 +1156,94 @@ int on_return_drv(struct pt_regs *ctx) {
 // --- completion points (issue #27): the return programs' tail call ------------
 // The tail of a return program whose call observed a completion point (close_later):
 // one group closed a call (one place in the program that closes, so that the verifier
-// walks it once), the next group in a tail call. A device synchronise walks the
-// process's stream list, two steps (sealed, open) a place: 2 * PROC_STREAMS calls at
-// most, within the kernel's 33 tail calls.
+// walks it once), the next in a tail call: a stream's SEALED sealed groups, then its open
+// one. A device synchronise walks the process's stream list: (SEALED + 1) *
+// PROC_STREAMS calls at most, within the kernel's 33 tail calls. A stream whose groups
+// are all closed by a stream completion (one step more) or a device synchronise is
+// freed.
+#define GROUPS (SEALED + 1)
+// A place of the process's stream list whose stream a device synchronise has walked:
+// freed if the stream's groups are all closed (not another device's).
+static __always_inline void free_place(struct plist *pl, u32 place, u32 tgid, u32 dev) {
+    u64 skey = pl->stream[place & (PROC_STREAMS - 1)];
+    if (!skey)
+        return;
+    struct gkey k = {};
+    k.tgid = tgid;
+    k.handle = skey;
+    struct sstate *s = streams.lookup(&k);
+    if (s) {
+        if (s->dev != dev || s->open.first)
+            return;
+        for (u32 i = 0; i < SEALED; i++)
+            if (s->sealed[i].first)
+                return;
+        streams.delete(&k);
+    }
+    pl->stream[place & (PROC_STREAMS - 1)] = 0;
+}
+
 int close_groups(struct pt_regs *ctx) {
     struct tstate *t = thread_state(ctx, 0);
     if (!t || !t->close_mode)
         return 0;
+    u8 mode = t->close_mode;
     u32 tgid = t->tgid;
     u32 step = t->close_i;
     t->close_i = step + 1;
+    u32 gi = step % GROUPS;  // the group: sealed[gi], or open (gi == SEALED)
     struct gkey k = {};
     k.tgid = tgid;
     k.handle = t->close_key;
-    struct sstate *s = 0;
-    struct group *g = 0;
-    if (t->close_mode == CLOSE_DEVICE) {
-        u32 i = step >> 1;
+    // Everything but the close first, so that nothing else is alive through it (the
+    // verifier's paths through the close would multiply by what is).
+    if (mode == CLOSE_DEVICE) {
+        u32 place = step / GROUPS;
         struct plist *pl = proc_streams.lookup(&tgid);
-        if (!pl || i >= PROC_STREAMS) {
-            t->close_mode = 0;
-            return 0;
+        if (!pl)
+            goto stop;
+        if (gi == 0 && place > 0 && place <= PROC_STREAMS)
+            free_place(pl, place - 1, tgid, t->close_dev);  // the one walked before
+        if (place >= PROC_STREAMS)
+            goto stop;
+        k.handle = pl->stream[place & (PROC_STREAMS - 1)];
+        if (!k.handle) {  // an empty place: the next one
+            t->close_i = (place + 1) * GROUPS;
+            goto next;
         }
-        u64 skey = pl->stream[i & (PROC_STREAMS - 1)];
-        if (skey) {
-            k.handle = skey;
-            s = streams.lookup(&k);
-            if (s && s->dev != t->close_dev)
-                s = 0;  // another device's: stays
-            else if (step & 1) {  // its last step: the state freed after
-                pl->stream[i & (PROC_STREAMS - 1)] = 0;
-            }
-        } else {
-            t->close_i = step + 2 - (step & 1);  // an empty place: the next one
-        }
-        if (s)
-            g = (step & 1) ? &s->open : &s->sealed;
-    } else {
-        s = streams.lookup(&k);
-        if (t->close_mode == CLOSE_EVENT || step >= 1)
-            t->close_mode = 0;
-        if (s && t->close_mode == 0 && step == 0) {  // CLOSE_EVENT
-            if (s->sealed.first && s->sealed_at <= t->close_serial)
-                g = &s->sealed;
-        } else if (s) {  // CLOSE_STREAM, step 0 (sealed) then 1 (open)
-            g = step ? &s->open : &s->sealed;
-        }
-    }
-    if (s && g)
-        group_close(tgid, g, s->dev, t->close_done,
-                    t->close_mode == CLOSE_DEVICE ? COMPLETION_SYNC_FALLBACK
-                                                  : t->close_completion);
-    if (s && t->close_mode == CLOSE_DEVICE && (step & 1))
+    } else if (mode == CLOSE_STREAM && step == GROUPS) {
+        // A step of its own: the stream's groups are all closed, its state freed.
         streams.delete(&k);
+        struct plist *pl = proc_streams.lookup(&tgid);
+        if (pl)
+            for (u32 i = 0; i < PROC_STREAMS; i++)
+                if (pl->stream[i] == k.handle)
+                    pl->stream[i] = 0;
+        goto stop;
+    } else if (mode == CLOSE_EVENT && gi == SEALED - 1) {
+        t->close_mode = 0;  // the last step
+    }
+    struct sstate *s = streams.lookup(&k);
+    if (!s)
+        goto next;
+    if (mode == CLOSE_DEVICE && s->dev != t->close_dev) {
+        t->close_i = (step / GROUPS + 1) * GROUPS;  // another device's: stays
+        goto next;
+    }
+    struct group *g = &s->open;
+    if (gi < SEALED) {
+        g = &s->sealed[gi];
+        // An event's record completes the groups sealed by it or before it, only.
+        if (mode == CLOSE_EVENT && s->sealed_at[gi] > t->close_serial)
+            goto next;
+    }
+    group_close(tgid, g, s->dev, t->close_done, t->close_completion);
+next:
     if (!t->close_mode)
         return 0;
     tails.call(ctx, 0);
-    t->close_mode = 0;  // (the tail call limit reached: the rest stay for the next sync)
+stop:
+    t->close_mode = 0;  // (or the tail call limit reached: the rest stay for the next)
     return 0;
 }
 

@@ -12,6 +12,17 @@
  *                            (LONG_MS)
  *   completion stream_query N  N loops of q_kernel on stream A, polled with
  *                            cudaStreamQuery until idle
+ *   completion lower N       N loops of: k_first (FIRST_MS) on A, e1 recorded; k_second
+ *                            on A, e2 recorded; e1 polled (not ready while k_first
+ *                            runs); cudaEventSynchronize(e2)
+ *   completion odd           one of each: an event queried before any record (k_odd1
+ *                            stays to the device synchronise); an event recorded twice
+ *                            (k_re1, k_re2) polled ready from another thread, then
+ *                            destroyed and queried; a graph launch, an event recorded
+ *                            and synchronised; an allocator-style event recorded on
+ *                            stream B after k_use and queried only after a while
+ *   completion many N        N launches of k_many on stream A, each followed by a
+ *                            record of its own new event; then cudaDeviceSynchronize
  *
  * Prints "ready", waits for a line on stdin (with --wait), runs, prints "done". */
 #include "cuda_fake.h"
@@ -20,9 +31,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define KERNEL_MS 20ULL /* above 2^24 ns (16.8 ms), a bucket bound */
 #define LONG_MS 200ULL  /* above 2^26 ns (67.1 ms) */
+#define FIRST_MS 1000ULL
 #define MS 1000000ULL
 
 static volatile int sink;
@@ -34,6 +47,13 @@ __attribute__((noinline)) void k_waiter(int n) { sink += n; }
 __attribute__((noinline)) void t_short(int n) { sink += n; }
 __attribute__((noinline)) void t_long(int n) { sink += n; }
 __attribute__((noinline)) void q_kernel(int n) { sink += n; }
+__attribute__((noinline)) void k_first(int n) { sink += n; }
+__attribute__((noinline)) void k_second(int n) { sink += n; }
+__attribute__((noinline)) void k_odd1(int n) { sink += n; }
+__attribute__((noinline)) void k_re1(int n) { sink += n; }
+__attribute__((noinline)) void k_re2(int n) { sink += n; }
+__attribute__((noinline)) void k_use(int n) { sink += n; }
+__attribute__((noinline)) void k_many(int n) { sink += n; }
 
 #define CHECK(call)                                                   \
   do {                                                                \
@@ -107,15 +127,84 @@ static void stream_query(int n) {
   }
 }
 
+static void lower(int n) {
+  cudaStream_t a;
+  cudaEvent_t e1, e2;
+  CHECK(cudaStreamCreate(&a));
+  CHECK(cudaEventCreate(&e1));
+  CHECK(cudaEventCreate(&e2));
+  for (int i = 0; i < n; i++) {
+    launch(k_first, a);
+    CHECK(cudaEventRecord(e1, a));
+    launch(k_second, a);
+    CHECK(cudaEventRecord(e2, a));
+    poll_event(e1);
+    CHECK(cudaEventSynchronize(e2));
+  }
+}
+
+static void *poll_from_here(void *e) {
+  poll_event((cudaEvent_t)e);
+  return NULL;
+}
+
+static void odd(void) {
+  cudaStream_t a, b;
+  cudaEvent_t never, twice, g, alloc;
+  CHECK(cudaStreamCreate(&a));
+  CHECK(cudaStreamCreate(&b));
+  CHECK(cudaEventCreate(&never));
+  CHECK(cudaEventCreate(&twice));
+  CHECK(cudaEventCreateWithFlags(&g, 2 /* cudaEventDisableTiming */));
+  CHECK(cudaEventCreateWithFlags(&alloc, 2));
+  launch(k_odd1, a);
+  CHECK(cudaEventQuery(never)); /* never recorded: "ready", and no completion point */
+  CHECK(cudaStreamSynchronize(b)); /* another stream's: not k_odd1's */
+  launch(k_re1, b);
+  CHECK(cudaEventRecord(twice, b));
+  launch(k_re2, b);
+  CHECK(cudaEventRecord(twice, b)); /* replaces the first record */
+  pthread_t t;
+  pthread_create(&t, NULL, poll_from_here, twice);
+  pthread_join(t, NULL);
+  CHECK(cudaEventDestroy(twice));
+  (void)cudaEventQuery(twice); /* destroyed: no state */
+  CHECK(cudaGraphLaunch((cudaGraphExec_t)0x77, b));
+  CHECK(cudaEventRecord(g, b));
+  CHECK(cudaEventSynchronize(g));
+  /* The caching allocator's pattern: a record per cross-stream use, queried only when
+   * the block is wanted again (here after the host did other things for a while). */
+  launch(k_use, b);
+  CHECK(cudaEventRecord(alloc, b));
+  struct timespec later = {0, 100000000}; /* 100 ms */
+  nanosleep(&later, NULL);
+  poll_event(alloc);
+  CHECK(cudaDeviceSynchronize());
+}
+
+static void many(int n) {
+  cudaStream_t a;
+  CHECK(cudaStreamCreate(&a));
+  for (int i = 0; i < n; i++) {
+    cudaEvent_t e;
+    launch(k_many, a);
+    CHECK(cudaEventCreate(&e));
+    CHECK(cudaEventRecord(e, a));
+  }
+  CHECK(cudaDeviceSynchronize());
+}
+
 int main(int argc, char **argv) {
   if (argc < 3) {
     fprintf(stderr, "usage: completion issue|per_thread|stream_query N [--wait]\n");
     return 2;
   }
-  void (*all[])(int) = {k_polled, k_front, k_timed, k_late, k_waiter, t_short, q_kernel};
+  void (*all[])(int) = {k_polled, k_front, k_timed, k_late, k_waiter, t_short, q_kernel,
+                        k_second, k_odd1, k_re1, k_re2, k_use};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
     fake_kernel_duration((const void *)all[i], KERNEL_MS * MS);
   fake_kernel_duration((const void *)t_long, LONG_MS * MS);
+  fake_kernel_duration((const void *)k_first, FIRST_MS * MS);
   int n = atoi(argv[2]);
   printf("ready\n");
   fflush(stdout);
@@ -126,6 +215,9 @@ int main(int argc, char **argv) {
   if (strcmp(argv[1], "issue") == 0) issue(n);
   else if (strcmp(argv[1], "per_thread") == 0) per_thread(n);
   else if (strcmp(argv[1], "stream_query") == 0) stream_query(n);
+  else if (strcmp(argv[1], "lower") == 0) lower(n);
+  else if (strcmp(argv[1], "odd") == 0) odd();
+  else if (strcmp(argv[1], "many") == 0) many(n);
   else return 2;
   printf("done\n");
   return 0;
