@@ -65,7 +65,8 @@ def run(cuda_build: Build) -> Iterator[Run]:
                 "per_thread": Workload([program, "per_thread", str(PER_THREAD_LOOPS)]),
                 "stream_query": Workload([program, "stream_query", str(LOOPS)]),
                 "lower": Workload([program, "lower", str(LOWER_LOOPS)]),
-                "odd": Workload([program, "odd", "1"])}
+                "odd": Workload([program, "odd", "1"]),
+                "waits": Workload([program, "waits", str(LOWER_LOOPS)])}
         wait_attached(exp, cuda_build.dir)
         for w in work.values():
             w.go()
@@ -78,7 +79,8 @@ def run(cuda_build: Build) -> Iterator[Run]:
                     and sum(r.durations("per_thread", "count").values()) >= 6
                     and sum(r.durations("stream_query", "count").values()) >= LOOPS
                     and sum(r.durations("lower", "count").values()) >= 2 * LOWER_LOOPS
-                    and sum(r.durations("odd", "count").values()) >= 5)
+                    and sum(r.durations("odd", "count").values()) >= 5
+                    and sum(r.durations("waits", "count").values()) >= 2 * LOWER_LOOPS)
             return r if done else None
 
         # The last samples are counted when the event loop has read the kernels' names.
@@ -144,6 +146,18 @@ def test_a_not_ready_answer_moves_the_lower_end(run: Run) -> None:
     assert sums[("k_first", "event")] >= LOWER_LOOPS * FIRST_S
     assert run.bucket("lower", "k_second", BELOW_KERNEL) == 0
     assert sums[("k_second", "event")] < LOWER_LOOPS * FIRST_S / 2
+
+
+def test_a_cross_stream_wait_is_not_counted_as_the_waiting_kernels_work(run: Run) -> None:
+    # k_after (20 ms) on stream B waits (cudaStreamWaitEvent) for eA, recorded after
+    # k_first (1 s) on A; eA's not-ready answers bound k_after's start: its bound is not
+    # the >= 1 s its launch would give (the wait's blocked time).
+    counts = run.durations("waits", "count")
+    assert counts == {("k_first", "event"): LOWER_LOOPS, ("k_after", "event"): LOWER_LOOPS}
+    sums = run.durations("waits", "sum")
+    assert sums[("k_first", "event")] >= LOWER_LOOPS * FIRST_S
+    assert run.bucket("waits", "k_after", BELOW_KERNEL) == 0
+    assert sums[("k_after", "event")] < LOWER_LOOPS * FIRST_S / 2
 
 
 def test_odd_uses_of_events_give_no_wrong_bound(run: Run) -> None:

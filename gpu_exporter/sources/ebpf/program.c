@@ -402,8 +402,12 @@ struct sstate {
 };
 
 struct estate {
-    u64 stream;  // the stream key of the event's last record
+    u64 stream;  // the stream key of its last record
     u64 serial;  // that record's serial (per process)
+    // The last stream that waited on it (cudaStreamWaitEvent), and the serial of that
+    // wait on it: what that stream launched after the wait ran after the event.
+    u64 waiter;
+    u64 waiter_serial;
 };
 
 // A process's streams with a state (0: a free place) and its records' serials. A device
@@ -575,19 +579,9 @@ static __always_inline void raise_lower(struct group *g, u64 t) {
         g->lower = t;
 }
 
-// cudaEventRecord(event, stream) and the like returned success.
-static __always_inline void event_recorded(u32 tgid, u64 event, u64 stream, u32 cookie) {
-    struct gkey ek = {};
-    ek.tgid = tgid;
-    ek.handle = event;
-    u64 skey = stream_key(stream, cookie);
-    struct sstate *s = stream_state(tgid, skey, 0, 0);
-    struct plist *pl = proc_streams.lookup(&tgid);
-    if (!s || !pl) {  // nothing launched on the stream since a device synchronise
-        cuda_events.delete(&ek);
-        return;
-    }
-    u64 serial = __sync_fetch_and_add(&pl->serial, 1) + 1;
+// A boundary on stream state `s` (a record, a wait): its open group sealed, and what is
+// launched after it comes after `serial`.
+static __always_inline void seal(struct sstate *s, u64 serial) {
     if (s->open.first) {
         u32 into = SEALED, newest = 0;
         u64 newest_at = 0;
@@ -608,11 +602,49 @@ static __always_inline void event_recorded(u32 tgid, u64 event, u64 stream, u32 
         }
     }
     s->open.after = serial;
+}
+
+// cudaEventRecord(event, stream) and the like returned success.
+static __always_inline void event_recorded(u32 tgid, u64 event, u64 stream, u32 cookie) {
+    struct gkey ek = {};
+    ek.tgid = tgid;
+    ek.handle = event;
+    u64 skey = stream_key(stream, cookie);
+    struct sstate *s = stream_state(tgid, skey, 0, 0);
+    struct plist *pl = proc_streams.lookup(&tgid);
+    if (!s || !pl) {  // nothing launched on the stream since it was last complete
+        cuda_events.delete(&ek);
+        return;
+    }
+    u64 serial = __sync_fetch_and_add(&pl->serial, 1) + 1;
+    seal(s, serial);
     struct estate e = {};
     e.stream = skey;
     e.serial = serial;
     if (cuda_events.update(&ek, &e) != 0)
         drop(DROP_EVENT_MAP_FULL);
+}
+
+// cudaStreamWaitEvent(stream, event, flags) and the like returned success: an edge from
+// the event's stream to `stream`. What `stream` launches after it runs after the event
+// (the event's not-ready answers bound its start), not what it launched before.
+static __always_inline void stream_waited(u32 tgid, u64 stream, u64 event, u32 cookie,
+                                          u32 dev) {
+    struct gkey ek = {};
+    ek.tgid = tgid;
+    ek.handle = event;
+    struct estate *e = cuda_events.lookup(&ek);
+    if (!e)
+        return;  // an event not followed: nothing bounds the wait (the bound keeps it)
+    u64 skey = stream_key(stream, cookie);
+    struct sstate *s = stream_state(tgid, skey, dev, 1);
+    struct plist *pl = proc_streams.lookup(&tgid);
+    if (!s || !pl)
+        return;
+    u64 serial = __sync_fetch_and_add(&pl->serial, 1) + 1;
+    seal(s, serial);
+    e->waiter = skey;
+    e->waiter_serial = serial;
 }
 
 // What a completion point completes is closed by close_groups, tail-called by the
@@ -646,8 +678,23 @@ static __always_inline void event_done(struct tstate *t, u32 tgid, u64 event, u6
         close_later(t, CLOSE_EVENT, e->stream, e->serial, 0, done, completion);
 }
 
-// The event's record was not complete at `t`: what was launched on its stream after it
-// started after `t`.
+// What was launched on a stream after boundary `serial` started after `t`.
+static __always_inline void raise_after(u32 tgid, u64 skey, u64 serial, u64 t) {
+    struct gkey k = {};
+    k.tgid = tgid;
+    k.handle = skey;
+    struct sstate *s = streams.lookup(&k);
+    if (!s)
+        return;
+    for (u32 i = 0; i < SEALED; i++)
+        if (s->sealed[i].after >= serial)
+            raise_lower(&s->sealed[i], t);
+    if (s->open.after >= serial)
+        raise_lower(&s->open, t);
+}
+
+// The event's record was not complete at `t`: what was launched on its stream after it,
+// and on the stream that last waited on it after that wait, started after `t`.
 static __always_inline void event_not_ready(u32 tgid, u64 event, u64 t) {
     struct gkey k = {};
     k.tgid = tgid;
@@ -655,15 +702,10 @@ static __always_inline void event_not_ready(u32 tgid, u64 event, u64 t) {
     struct estate *e = cuda_events.lookup(&k);
     if (!e)
         return;
-    u64 serial = e->serial;
-    k.handle = e->stream;
-    struct sstate *s = streams.lookup(&k);
-    if (!s)
-        return;
-    for (u32 i = 0; i < SEALED; i++)
-        if (s->sealed[i].after >= serial)
-            raise_lower(&s->sealed[i], t);
-    raise_lower(&s->open, t);
+    u64 waiter = e->waiter, waiter_serial = e->waiter_serial;
+    raise_after(tgid, e->stream, e->serial, t);
+    if (waiter)
+        raise_after(tgid, waiter, waiter_serial, t);
 }
 
 static __always_inline void event_forget(u32 tgid, u64 event) {
@@ -1026,6 +1068,8 @@ static __always_inline void finish(struct pt_regs *ctx, u32 tgid, struct frame *
         break;
     }
     case OP_STREAM_WAIT: {  // (stream, event, flags): joins the event's capture
+        if (f->counted && !capture_of(tgid, f->a))
+            stream_waited(tgid, f->a, f->b, f->cookie, dev);
         if (!f->counted || !captures_open())
             break;
         struct gkey k = {};

@@ -21,6 +21,9 @@
  *                            destroyed and queried; a graph launch, an event recorded
  *                            and synchronised; an allocator-style event recorded on
  *                            stream B after k_use and queried only after a while
+ *   completion waits N       N loops of: k_first (FIRST_MS) on A, eA recorded; B waits
+ *                            on eA (cudaStreamWaitEvent), k_after on B, eB recorded; eA
+ *                            polled (not ready while k_first runs); eB synchronised
  *   completion many N        N launches of k_many on stream A, each followed by a
  *                            record of its own new event; then cudaDeviceSynchronize
  *
@@ -54,6 +57,7 @@ __attribute__((noinline)) void k_re1(int n) { sink += n; }
 __attribute__((noinline)) void k_re2(int n) { sink += n; }
 __attribute__((noinline)) void k_use(int n) { sink += n; }
 __attribute__((noinline)) void k_many(int n) { sink += n; }
+__attribute__((noinline)) void k_after(int n) { sink += n; }
 
 #define CHECK(call)                                                   \
   do {                                                                \
@@ -182,6 +186,24 @@ static void odd(void) {
   CHECK(cudaDeviceSynchronize());
 }
 
+static void waits(int n) {
+  cudaStream_t a, b;
+  cudaEvent_t ea, eb;
+  CHECK(cudaStreamCreate(&a));
+  CHECK(cudaStreamCreate(&b));
+  CHECK(cudaEventCreate(&ea));
+  CHECK(cudaEventCreate(&eb));
+  for (int i = 0; i < n; i++) {
+    launch(k_first, a);
+    CHECK(cudaEventRecord(ea, a));
+    CHECK(cudaStreamWaitEvent(b, ea, 0));
+    launch(k_after, b);
+    CHECK(cudaEventRecord(eb, b));
+    poll_event(ea);
+    CHECK(cudaEventSynchronize(eb));
+  }
+}
+
 static void many(int n) {
   cudaStream_t a;
   CHECK(cudaStreamCreate(&a));
@@ -200,7 +222,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   void (*all[])(int) = {k_polled, k_front, k_timed, k_late, k_waiter, t_short, q_kernel,
-                        k_second, k_odd1, k_re1, k_re2, k_use};
+                        k_second, k_odd1, k_re1, k_re2, k_use, k_after};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
     fake_kernel_duration((const void *)all[i], KERNEL_MS * MS);
   fake_kernel_duration((const void *)t_long, LONG_MS * MS);
@@ -218,6 +240,7 @@ int main(int argc, char **argv) {
   else if (strcmp(argv[1], "lower") == 0) lower(n);
   else if (strcmp(argv[1], "odd") == 0) odd();
   else if (strcmp(argv[1], "many") == 0) many(n);
+  else if (strcmp(argv[1], "waits") == 0) waits(n);
   else return 2;
   printf("done\n");
   return 0;
