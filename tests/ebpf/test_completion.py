@@ -17,7 +17,7 @@ from tests.helpers import Series, eventually, exporter, find, parse, promtool_ch
 
 LOOPS = 4
 LOWER_LOOPS = 2
-FIRST_S = 1.0  # k_first's simulated time: k_second waits behind it
+FIRST_S = 2.0  # k_first's simulated time: k_second waits behind it
 MANY = 70_000  # events: more than the BPF map holds (abi.CUDA_EVENTS_MAX)
 PER_THREAD_LOOPS = 1  # each thread: 3 launches and stream synchronises a loop
 KERNEL_S = 0.020
@@ -63,6 +63,7 @@ def run(cuda_build: Build) -> Iterator[Run]:
     with exporter(args) as exp:
         work = {"issue": Workload([program, "issue", str(LOOPS)]),
                 "per_thread": Workload([program, "per_thread", str(PER_THREAD_LOOPS)]),
+                "ptsz": Workload([program, "ptsz", str(PER_THREAD_LOOPS)]),
                 "stream_query": Workload([program, "stream_query", str(LOOPS)]),
                 "lower": Workload([program, "lower", str(LOWER_LOOPS)]),
                 "odd": Workload([program, "odd", "1"]),
@@ -77,6 +78,7 @@ def run(cuda_build: Build) -> Iterator[Run]:
             r = Run(text, parse(text), pids)
             done = (r.durations("issue", "count") == ISSUE_COUNTS
                     and sum(r.durations("per_thread", "count").values()) >= 6
+                    and sum(r.durations("ptsz", "count").values()) >= 6
                     and sum(r.durations("stream_query", "count").values()) >= LOOPS
                     and sum(r.durations("lower", "count").values()) >= 2 * LOWER_LOOPS
                     and sum(r.durations("odd", "count").values()) >= 5
@@ -120,14 +122,16 @@ def test_tight_polling_bounds_closely(run: Run) -> None:
     assert LOOPS * KERNEL_S <= q[("q_kernel", "event")] <= LOOPS * (KERNEL_S + SLACK_S)
 
 
-def test_per_thread_default_streams_are_apart(run: Run) -> None:
+@pytest.mark.parametrize("workload", ["per_thread", "ptsz"])
+def test_per_thread_default_streams_are_apart(run: Run, workload: str) -> None:
     # Each thread's stream synchronise covers its own launches only: t_long (200 ms) is
-    # never closed by the other thread's synchronise after t_short's 20 ms.
-    counts = run.durations("per_thread", "count")
+    # never closed by the other thread's synchronise after t_short's 20 ms. The
+    # thread's stream named as cudaStreamPerThread, or as NULL to the _ptsz calls.
+    counts = run.durations(workload, "count")
     assert counts == {("t_short", "sync_fallback"): 3 * PER_THREAD_LOOPS,
                       ("t_long", "sync_fallback"): 3 * PER_THREAD_LOOPS}
-    assert run.bucket("per_thread", "t_long", BELOW_LONG) == 0
-    assert run.bucket("per_thread", "t_short", BELOW_KERNEL) == 0
+    assert run.bucket(workload, "t_long", BELOW_LONG) == 0
+    assert run.bucket(workload, "t_short", BELOW_KERNEL) == 0
 
 
 def test_not_ready_answers_are_not_errors(run: Run) -> None:

@@ -10,6 +10,8 @@
  *                            default stream (cudaStreamPerThread) and a
  *                            cudaStreamSynchronize of it: t_short (KERNEL_MS) and t_long
  *                            (LONG_MS)
+ *   completion ptsz N        as per_thread, through cudaLaunchKernel_ptsz and
+ *                            cudaStreamSynchronize_ptsz with a NULL stream
  *   completion stream_query N  N loops of q_kernel on stream A, polled with
  *                            cudaStreamQuery until idle
  *   completion lower N       N loops of: k_first (FIRST_MS) on A, e1 recorded; k_second
@@ -38,7 +40,7 @@
 
 #define KERNEL_MS 20ULL /* above 2^24 ns (16.8 ms), a bucket bound */
 #define LONG_MS 200ULL  /* above 2^26 ns (67.1 ms) */
-#define FIRST_MS 1000ULL
+#define FIRST_MS 2000ULL
 #define MS 1000000ULL
 
 static volatile int sink;
@@ -110,11 +112,22 @@ static void *per_thread_loop(void *arg) {
   return NULL;
 }
 
-static void per_thread(int n) {
+static void *ptsz_loop(void *arg) {
+  void (*f)(int) = (void (*)(int))arg;
+  void *args[1] = {NULL};
+  for (int i = 0; i < 3; i++) {
+    CHECK(cudaLaunchKernel_ptsz((const void *)f, (dim3){1, 1, 1}, (dim3){32, 1, 1}, args, 0,
+                                NULL));
+    CHECK(cudaStreamSynchronize_ptsz(NULL));
+  }
+  return NULL;
+}
+
+static void per_thread(int n, void *(*loop)(void *)) {
   for (int i = 0; i < n; i++) {
     pthread_t a, b;
-    pthread_create(&a, NULL, per_thread_loop, (void *)t_short);
-    pthread_create(&b, NULL, per_thread_loop, (void *)t_long);
+    pthread_create(&a, NULL, loop, (void *)t_short);
+    pthread_create(&b, NULL, loop, (void *)t_long);
     pthread_join(a, NULL);
     pthread_join(b, NULL);
   }
@@ -235,7 +248,8 @@ int main(int argc, char **argv) {
     if (!fgets(line, sizeof line, stdin)) return 4;
   }
   if (strcmp(argv[1], "issue") == 0) issue(n);
-  else if (strcmp(argv[1], "per_thread") == 0) per_thread(n);
+  else if (strcmp(argv[1], "per_thread") == 0) per_thread(n, per_thread_loop);
+  else if (strcmp(argv[1], "ptsz") == 0) per_thread(n, ptsz_loop);
   else if (strcmp(argv[1], "stream_query") == 0) stream_query(n);
   else if (strcmp(argv[1], "lower") == 0) lower(n);
   else if (strcmp(argv[1], "odd") == 0) odd();

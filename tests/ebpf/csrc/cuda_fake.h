@@ -419,6 +419,10 @@ cudaError_t cudaStreamQuery(cudaStream_t stream);
 #define cudaStreamLegacy ((cudaStream_t)0x1)
 #define cudaStreamPerThread ((cudaStream_t)0x2)
 #define cudaErrorNotReady 600
+/* nvcc --default-stream per-thread: the same calls, a NULL stream the thread's own. */
+cudaError_t cudaLaunchKernel_ptsz(const void *func, dim3 gridDim, dim3 blockDim, void **args,
+                                  size_t sharedMem, cudaStream_t stream);
+cudaError_t cudaStreamSynchronize_ptsz(cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -322,3 +322,15 @@ cudaError_t cudaStreamCreate(cudaStream_t *s) {
   FAIL_IF("cudaStreamCreate"); return cuStreamCreate((CUstream *)s, 0); }
 cudaError_t cudaStreamQuery(cudaStream_t s) {
   FAIL_IF("cudaStreamQuery"); return cuStreamQuery((CUstream)s); }
+/* The per-thread default stream entry points: NULL is the thread's own stream, which the
+ * fake driver knows as cudaStreamPerThread (0x2). */
+cudaError_t cudaLaunchKernel_ptsz(const void *func, dim3 g, dim3 b, void **args, size_t smem,
+                                  cudaStream_t s) {
+  FAIL_IF("cudaLaunchKernel_ptsz");
+  return cuLaunchKernel((CUfunction)func, g.x, g.y, g.z, b.x, b.y, b.z, (unsigned)smem,
+                        (CUstream)(s ? s : cudaStreamPerThread), args, NULL);
+}
+cudaError_t cudaStreamSynchronize_ptsz(cudaStream_t s) {
+  FAIL_IF("cudaStreamSynchronize_ptsz");
+  return cuStreamSynchronize((CUstream)(s ? s : cudaStreamPerThread));
+}
