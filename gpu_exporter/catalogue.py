@@ -552,6 +552,23 @@ class SyncLabels(CudaLabels):
     cuda_sync_call: str
 
 
+GPU_STREAM_WAITS = Counter(
+    "gpu_stream_waits_total",
+    "Successful cudaStreamWaitEvent / cuStreamWaitEvent calls: a stream made to wait for "
+    "an event of another.", C, ExecutableLabels,
+    sources="uprobes on cudaStreamWaitEvent, cuStreamWaitEvent",
+)
+
+GPU_STREAM_WAIT_BOUND = Histogram(
+    "gpu_stream_wait_bound_seconds",
+    "Upper bound on the time a stream wait held its stream: from the wait call to the first "
+    "completion seen of the awaited event (waits whose event is never seen complete have "
+    "no sample).", C, ExecutableLabels, unit="seconds",
+    sources="uprobes on cudaStreamWaitEvent, cuStreamWaitEvent and the event's queries "
+            "and synchronises",
+)
+
+
 GPU_SYNC_DURATION = Histogram(
     "gpu_sync_duration_seconds", "Time blocked in synchronising calls that succeeded.", C,
     SyncLabels, unit="seconds",

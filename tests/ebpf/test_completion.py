@@ -82,7 +82,9 @@ def run(cuda_build: Build) -> Iterator[Run]:
                     and sum(r.durations("stream_query", "count").values()) >= LOOPS
                     and sum(r.durations("lower", "count").values()) >= 2 * LOWER_LOOPS
                     and sum(r.durations("odd", "count").values()) >= 5
-                    and sum(r.durations("waits", "count").values()) >= 2 * LOWER_LOOPS)
+                    and sum(r.durations("waits", "count").values()) >= 2 * LOWER_LOOPS
+                    and find(r.series, "gpu_stream_wait_bound_seconds_count",
+                             process_pid=pids["waits"]))
             return r if done else None
 
         # The last samples are counted when the event loop has read the kernels' names.
@@ -162,6 +164,22 @@ def test_a_cross_stream_wait_is_not_counted_as_the_waiting_kernels_work(run: Run
     assert sums[("k_first", "event")] >= LOWER_LOOPS * FIRST_S
     assert run.bucket("waits", "k_after", BELOW_KERNEL) == 0
     assert sums[("k_after", "event")] < LOWER_LOOPS * FIRST_S / 2
+
+
+def test_stream_waits_counted_and_bounded(run: Run) -> None:
+    # Each loop's wait on eA was made right after k_first's launch; eA was seen complete
+    # (polled) after k_first's 2 s: the wait held stream B at most that long, and the
+    # bound is never below it.
+    pid = run.pids["waits"]
+    assert [x.value for x in find(run.series, "gpu_stream_waits_total",
+                                  process_pid=pid)] == [LOWER_LOOPS]
+    assert [x.value for x in find(run.series, "gpu_stream_wait_bound_seconds_count",
+                                  process_pid=pid)] == [LOWER_LOOPS]
+    (total,) = [x.value for x in find(run.series, "gpu_stream_wait_bound_seconds_sum",
+                                      process_pid=pid)]
+    assert LOWER_LOOPS * FIRST_S * 0.99 <= total <= LOWER_LOOPS * (FIRST_S + SLACK_S)
+    # The other workloads made no wait.
+    assert not find(run.series, "gpu_stream_waits_total", process_pid=run.pids["issue"])
 
 
 def test_odd_uses_of_events_give_no_wrong_bound(run: Run) -> None:

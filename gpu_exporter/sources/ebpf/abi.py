@@ -64,6 +64,8 @@ FAM_ALLOC: Final = 5  # sub = api
 FAM_SYNC: Final = 6  # sub = SYNC_*
 FAM_DURATION: Final = 7  # sub = api, id = kernel
 FAM_ERROR: Final = 8  # sub = the call (its probe's index), id = the error code
+FAM_WAIT: Final = 9  # (issue #27) stream waits, counted in slot 0
+FAM_WAIT_BOUND: Final = 10  # their bounds: a histogram of ns
 GRID_SLOTS: Final = 34  # slots 0..32 (up to 2^32 blocks), then one for anything above
 BLOCK_SLOTS: Final = 12  # slots 0..10 (up to 1024 threads), then one for anything above
 SLOT_SUM: Final = 100  # histogram families: the sum of values; slots 0..64 are log2 buckets
@@ -174,6 +176,10 @@ EV_GRAPH_RETIRED: Final = 29
 # fam = completion, pad = device, id = the bound in ns; then GROUP_KERNELS launch tags
 # (kernel id | (api + 1) << 48), their counts, and the count of further kernels' launches.
 EV_DURATIONS: Final = 30
+# A stream wait (struct ehead alone): fam 0 = a successful cudaStreamWaitEvent, fam 1 =
+# the bound on the time one held its stream (id, ns), once the awaited event's completion
+# is seen; pad = the device. Counted in user space (FAM_WAIT, FAM_WAIT_BOUND).
+EV_WAIT: Final = 31
 GRAPH_EVENT = struct.Struct("<IIHHIQQ")
 GRAPH_EVENTS: Final = frozenset({EV_GRAPH_CREATE, EV_GRAPH_NODE, EV_CAPTURE_BEGIN,
                                  EV_CAPTURED_NODE, EV_CAPTURE_END, EV_GRAPH_EXEC,

@@ -150,7 +150,7 @@ class Counters:
             return CallKey(executable=r.executable(tgid),
                            kernel_name=r.kernel_label(tgid, sub, ident),
                            api=abi.API_NAMES.get(sub, "runtime"), pid=pid, device=device)
-        if fam in (abi.FAM_GRID, abi.FAM_BLOCK):
+        if fam in (abi.FAM_GRID, abi.FAM_BLOCK, abi.FAM_WAIT, abi.FAM_WAIT_BOUND):
             return CallKey(executable=r.executable(tgid), pid=pid, device=device)
         if fam == abi.FAM_COPY:
             return CallKey(executable=r.executable(tgid),

@@ -1,10 +1,13 @@
-"""Kernel duration samples from closed groups (issue #27). The BPF program closes a group
-of launches at a completion point and sends its bound and its kernels' launch counts on
-the `events` ring buffer (EV_DURATIONS, struct durations_event in program.c): counting
-them there would cost the verifier too many paths. They are counted here into the same
-`stats` map, under FAM_DURATION, as the program counts everything else: one sample of
-the bound per launch (a histogram slot and the sum), so that the maps' reader reports,
-folds and names them like any counter. Only this thread writes FAM_DURATION keys."""
+"""Kernel duration samples from closed groups, and stream waits (issue #27). The BPF
+program closes a group of launches at a completion point and sends its bound and its
+kernels' launch counts on the `events` ring buffer (EV_DURATIONS, struct durations_event
+in program.c): counting them there would cost the verifier too many paths. They are
+counted here into the same `stats` map, under FAM_DURATION, as the program counts
+everything else: one sample of the bound per launch (a histogram slot and the sum), so
+that the maps' reader reports, folds and names them like any counter. Stream waits
+(EV_WAIT) likewise, under FAM_WAIT and FAM_WAIT_BOUND. Only this thread writes those
+keys.
+"""
 
 from __future__ import annotations
 
@@ -24,9 +27,37 @@ def slot_of(v: int) -> int:
     return 0 if v <= 1 else (v - 1).bit_length()
 
 
+WAIT = struct.Struct("<IIHHIQQ")  # struct ehead: fam = bounded, pad = device, id = ns
+
+
 class Durations:
     def __init__(self) -> None:
         self.dropped = 0  # samples not counted: `stats` full
+
+    def _add(self, stats: Any, key: Any, n: int) -> bool:
+        try:
+            old = stats[key].value
+        except KeyError:
+            old = 0
+        try:
+            stats[key] = stats.Leaf(old + n)
+        except Exception:  # full: bcc raises on the failed update
+            return False
+        return True
+
+    def on_wait(self, bpf: Any, raw: bytes) -> None:
+        """A stream wait (EV_WAIT): counted; or the bound on the time one held its stream:
+        a histogram sample."""
+        _, tgid, bounded, _, dev, bound, _ = WAIT.unpack_from(raw)
+        stats = bpf["stats"]
+        rows = ([(abi.FAM_WAIT_BOUND, slot_of(bound), 1), (abi.FAM_WAIT_BOUND, abi.SLOT_SUM,
+                                                             bound)]
+                if bounded else [(abi.FAM_WAIT, 0, 1)])
+        for fam, slot, n in rows:
+            key = stats.Key(tgid=tgid, fam=fam, sub=0, id=0, slot=slot, dev=dev)
+            if not self._add(stats, key, n):
+                self.dropped += 1
+                return
 
     def on_event(self, bpf: Any, raw: bytes) -> None:
         _, tgid, completion, _, dev, bound, _, *rest = EVENT.unpack_from(raw)
@@ -41,12 +72,6 @@ class Durations:
             for slot, add in ((slot_of(bound), n), (abi.SLOT_SUM, bound * n)):
                 key = stats.Key(tgid=tgid, fam=abi.FAM_DURATION, sub=sub, id=ident,
                                 slot=slot, dev=dev)
-                try:
-                    old = stats[key].value
-                except KeyError:
-                    old = 0
-                try:
-                    stats[key] = stats.Leaf(old + add)
-                except Exception:  # full: bcc raises on the failed update
+                if not self._add(stats, key, add):
                     self.dropped += n
                     break

@@ -101,6 +101,8 @@ class EventLoop:
             self.scans.sight(tgid)
             if etype == abi.EV_DURATIONS:
                 self.durations.on_event(self._bpf, raw)
+            elif etype == abi.EV_WAIT:
+                self.durations.on_wait(self._bpf, raw)
             elif etype in abi.GRAPH_EVENTS:
                 if lost != self._graph_drops_seen & 0xFFFFFFFF:
                     self._graph_events_lost_before(lost)

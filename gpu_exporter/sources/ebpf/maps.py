@@ -355,6 +355,10 @@ def activity(totals: Totals, dropped: dict[str, int], attached: list[str]) -> Cu
         allocations_bytes=family(abi.FAM_ALLOC, BYTES_BOUNDS_LOG2),
         sync_duration_seconds=family(abi.FAM_SYNC, SECONDS_BOUNDS_LOG2_NS, 1e-9),
         errors=[CallCount(k, n) for k, n in sorted(errors.items(), key=lambda e: order(e[0]))],
+        stream_waits=[CallCount(k, sum(slots.values())) for (f, k), slots in
+                      sorted(hists.items(), key=lambda h: order(h[0][1]))
+                      if f == abi.FAM_WAIT],
+        stream_wait_bound_seconds=family(abi.FAM_WAIT_BOUND, SECONDS_BOUNDS_LOG2_NS, 1e-9),
         dropped=dropped,
         attached_libraries=attached,
         kernel_names_overflow=overflow,

@@ -408,6 +408,7 @@ struct estate {
     // wait on it: what that stream launched after the wait ran after the event.
     u64 waiter;
     u64 waiter_serial;
+    u64 wait_ts;  // entry time of the first wait on it not yet bounded (0: none)
 };
 
 // A process's streams with a state (0: a free place) and its records' serials. A device
@@ -629,7 +630,7 @@ static __always_inline void event_recorded(u32 tgid, u64 event, u64 stream, u32 
 // the event's stream to `stream`. What `stream` launches after it runs after the event
 // (the event's not-ready answers bound its start), not what it launched before.
 static __always_inline void stream_waited(u32 tgid, u64 stream, u64 event, u32 cookie,
-                                          u32 dev) {
+                                          u32 dev, u64 ts) {
     struct gkey ek = {};
     ek.tgid = tgid;
     ek.handle = event;
@@ -645,6 +646,20 @@ static __always_inline void stream_waited(u32 tgid, u64 stream, u64 event, u32 c
     seal(s, serial);
     e->waiter = skey;
     e->waiter_serial = serial;
+    if (!e->wait_ts)
+        e->wait_ts = ts;
+}
+
+// A stream wait (EV_WAIT, counted in user space: gpu_stream_waits_total): `bound` is the
+// upper bound on the time it held its stream (from the wait call to the first completion
+// seen of the event it waited on), 0 when nothing bounds it.
+static __always_inline void wait_event(u32 tgid, u32 dev, u64 bound, u16 bounded) {
+    struct ehead *e = event_start(sizeof(struct ehead), DROP_EVENTS_FULL, EV_WAIT, tgid,
+                                  bounded, 0, bound, 0);
+    if (!e)
+        return;
+    e->pad = dev;
+    events.ringbuf_submit(e, 0);
 }
 
 // What a completion point completes is closed by close_groups, tail-called by the
@@ -674,8 +689,12 @@ static __always_inline void event_done(struct tstate *t, u32 tgid, u64 event, u6
     k.tgid = tgid;
     k.handle = event;
     struct estate *e = cuda_events.lookup(&k);
-    if (e)  // (else never recorded, or recorded where nothing was pending)
-        close_later(t, CLOSE_EVENT, e->stream, e->serial, 0, done, completion);
+    if (!e)  // never recorded, or recorded where nothing was pending
+        return;
+    close_later(t, CLOSE_EVENT, e->stream, e->serial, 0, done, completion);
+    u64 w = e->wait_ts;
+    if (w && __sync_val_compare_and_swap(&e->wait_ts, w, 0) == w)
+        wait_event(tgid, t->dev, done > w ? done - w : 0, 1);
 }
 
 // What was launched on a stream after boundary `serial` started after `t`.
@@ -1068,8 +1087,10 @@ static __always_inline void finish(struct pt_regs *ctx, u32 tgid, struct frame *
         break;
     }
     case OP_STREAM_WAIT: {  // (stream, event, flags): joins the event's capture
-        if (f->counted && !capture_of(tgid, f->a))
-            stream_waited(tgid, f->a, f->b, f->cookie, dev);
+        if (f->counted && !capture_of(tgid, f->a)) {
+            wait_event(tgid, dev, 0, 0);  // counted, whether anything bounds it or not
+            stream_waited(tgid, f->a, f->b, f->cookie, dev, f->ts);
+        }
         if (!f->counted || !captures_open())
             break;
         struct gkey k = {};
@@ -1548,7 +1569,13 @@ KEEP_ARGS(device_pci, OP_DEVICE_PCI)
 KEEP_ARGS(capture_begin, OP_CAPTURE_BEGIN)
 KEEP_ARGS(capture_end, OP_CAPTURE_END)
 KEEP_ARGS(event_record, OP_EVENT_RECORD)
-KEEP_ARGS(stream_wait, OP_STREAM_WAIT)
+// (and its entry time: a wait's bound starts there)
+static __always_inline void keep_args_ts(struct pt_regs *ctx, struct frame *f,
+                                         struct tstate *t) {
+    keep_args(ctx, f, t);
+    f->ts = bpf_ktime_get_ns();
+}
+ENTRY_FILLED(stream_wait, OP_STREAM_WAIT, 1, PROBE_COOKIE, keep_args_ts)
 KEEP_ARGS(graph_create, OP_GRAPH_CREATE)
 // Completion points (issue #27): the call's handle, and its entry time (a not-ready
 // answer says the work was not done when the call began).

@@ -108,3 +108,7 @@ class CudaActivity:
     dropped: Mapping[str, int]  # reason -> events lost since start
     attached_libraries: Sequence[str]  # paths as the first process seen mapping them saw
     kernel_names_overflow: int  # launches reported as cuda_kernel_name="other"
+    # (issue #27) successful cudaStreamWaitEvent calls; the bound on the time each held
+    # its stream, where the awaited event's completion was seen
+    stream_waits: Sequence[CallCount] = ()
+    stream_wait_bound_seconds: Sequence[CallHistogram] = ()
