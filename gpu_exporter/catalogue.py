@@ -552,6 +552,18 @@ class SyncLabels(CudaLabels):
     cuda_sync_call: str
 
 
+class KernelLabels(CudaLabels):
+    cuda_kernel_name: str
+
+
+GPU_KERNEL_ELAPSED = Histogram(
+    "gpu_kernel_elapsed_seconds",
+    "The application's own cudaEventElapsedTime between two events recorded around exactly "
+    "one launch on one stream: that kernel's GPU time (exact; idle gaps between the "
+    "events included).", C, KernelLabels, unit="seconds",
+    sources="uprobes on cudaEventElapsedTime, cuEventElapsedTime and the event records",
+)
+
 GPU_STREAM_WAITS = Counter(
     "gpu_stream_waits_total",
     "Successful cudaStreamWaitEvent / cuStreamWaitEvent calls: a stream made to wait for "

@@ -238,6 +238,9 @@ class EbpfCollector(Collector):
         for h in a.sync_duration_seconds:
             sync: c.SyncLabels = {"cuda_sync_call": h.key.sync_call}
             c.GPU_SYNC_DURATION.emit(sink, *_hist(h), _pid(sync, h.key.pid), h.key.device)
+        for h in a.kernel_elapsed_seconds:
+            timed: c.KernelLabels = {"cuda_kernel_name": h.key.kernel_name}
+            c.GPU_KERNEL_ELAPSED.emit(sink, *_hist(h), _pid(timed, h.key.pid), h.key.device)
         for w in a.stream_waits:
             waits: c.ExecutableLabels = {"process_executable_name": w.key.executable}
             c.GPU_STREAM_WAITS.emit(sink, w.count, _pid(waits, w.key.pid), w.key.device)

@@ -67,7 +67,8 @@ def run(cuda_build: Build) -> Iterator[Run]:
                 "stream_query": Workload([program, "stream_query", str(LOOPS)]),
                 "lower": Workload([program, "lower", str(LOWER_LOOPS)]),
                 "odd": Workload([program, "odd", "1"]),
-                "waits": Workload([program, "waits", str(LOWER_LOOPS)])}
+                "waits": Workload([program, "waits", str(LOWER_LOOPS)]),
+                "elapsed": Workload([program, "elapsed", str(LOOPS)])}
         wait_attached(exp, cuda_build.dir)
         for w in work.values():
             w.go()
@@ -84,7 +85,8 @@ def run(cuda_build: Build) -> Iterator[Run]:
                     and sum(r.durations("odd", "count").values()) >= 5
                     and sum(r.durations("waits", "count").values()) >= 2 * LOWER_LOOPS
                     and find(r.series, "gpu_stream_wait_bound_seconds_count",
-                             process_pid=pids["waits"]))
+                             process_pid=pids["waits"])
+                    and sum(r.durations("elapsed", "count").values()) >= 3 * LOOPS)
             return r if done else None
 
         # The last samples are counted when the event loop has read the kernels' names.
@@ -231,3 +233,19 @@ def test_more_events_than_the_map_holds_and_exit_frees_them(cuda_build: Build) -
 
         eventually(odd_sampled, 60, "the odd workload's samples")
         assert run.durations("odd", "count")[("k_re1", "event")] == 1
+
+
+def test_elapsed_time_of_a_one_kernel_span_is_that_kernels_time(run: Run) -> None:
+    # cudaEventElapsedTime between events recorded around exactly one launch: k_el's
+    # sample is the simulated clock's own answer (20 ms, plus the host's gap between the
+    # first record and the launch); a span of two kernels gives none.
+    pid = run.pids["elapsed"]
+    counts = {x.labels["cuda_kernel_name"]: x.value
+              for x in find(run.series, "gpu_kernel_elapsed_seconds_count", process_pid=pid)}
+    assert counts == {"k_el": LOOPS}
+    (total,) = [x.value for x in find(run.series, "gpu_kernel_elapsed_seconds_sum",
+                                      process_pid=pid)]
+    assert LOOPS * KERNEL_S * 0.999 <= total <= LOOPS * (KERNEL_S + SLACK_S)
+    # Their duration bounds are there too, as for any launch.
+    assert run.durations("elapsed", "count") == {
+        ("k_el", "event"): LOOPS, ("k_el2a", "event"): LOOPS, ("k_el2b", "event"): LOOPS}

@@ -66,6 +66,7 @@ FAM_DURATION: Final = 7  # sub = api, id = kernel
 FAM_ERROR: Final = 8  # sub = the call (its probe's index), id = the error code
 FAM_WAIT: Final = 9  # (issue #27) stream waits, counted in slot 0
 FAM_WAIT_BOUND: Final = 10  # their bounds: a histogram of ns
+FAM_ELAPSED: Final = 11  # sub = api, id = kernel: cudaEventElapsedTime of one-launch spans
 GRID_SLOTS: Final = 34  # slots 0..32 (up to 2^32 blocks), then one for anything above
 BLOCK_SLOTS: Final = 12  # slots 0..10 (up to 1024 threads), then one for anything above
 SLOT_SUM: Final = 100  # histogram families: the sum of values; slots 0..64 are log2 buckets
@@ -144,6 +145,7 @@ OP_GRAPH_EXEC_DESTROY: Final = 25
 OP_EVENT_QUERY: Final = 26  # (issue #27) cudaEventQuery / cuEventQuery
 OP_STREAM_QUERY: Final = 27
 OP_EVENT_DESTROY: Final = 28
+OP_EVENT_ELAPSED: Final = 29  # cudaEventElapsedTime(float *ms, start, end)
 
 EV_NEW_KEY: Final = 1
 EV_HANDLE_NAME: Final = 2  # id = CUfunction/CUkernel, name = its (mangled) name
@@ -180,6 +182,10 @@ EV_DURATIONS: Final = 30
 # the bound on the time one held its stream (id, ns), once the awaited event's completion
 # is seen; pad = the device. Counted in user space (FAM_WAIT, FAM_WAIT_BOUND).
 EV_WAIT: Final = 31
+# cudaEventElapsedTime of a span that holds one launch (struct ehead): fam = api, sub = 0,
+# pad = the device, id = the kernel, target = the float milliseconds' bits. Counted in
+# user space (FAM_ELAPSED, a histogram of ns by kernel).
+EV_ELAPSED: Final = 32
 GRAPH_EVENT = struct.Struct("<IIHHIQQ")
 GRAPH_EVENTS: Final = frozenset({EV_GRAPH_CREATE, EV_GRAPH_NODE, EV_CAPTURE_BEGIN,
                                  EV_CAPTURED_NODE, EV_CAPTURE_END, EV_GRAPH_EXEC,
@@ -451,6 +457,7 @@ RUNTIME_PROBES: Final[tuple[Probe, ...]] = _per_thread_launches((
     *_rt("cudaEventQuery", "event_query"),
     *_rt("cudaStreamQuery", "stream_query", 0, PTSZ),
     *_rt("cudaEventDestroy", "event_destroy"),
+    *_rt("cudaEventElapsedTime", "event_elapsed"),
 ))
 
 DRIVER_PROBES: Final[tuple[Probe, ...]] = _per_thread_launches((
@@ -529,6 +536,7 @@ DRIVER_PROBES: Final[tuple[Probe, ...]] = _per_thread_launches((
     *_drv("cuEventQuery", "event_query"),
     *_drv("cuStreamQuery", "stream_query", 0, PTSZ),
     *_drv("cuEventDestroy_v2", "event_destroy"),
+    *_drv("cuEventElapsedTime", "event_elapsed"),
 ))
 
 
@@ -592,6 +600,8 @@ COUNTS: Final[dict[str, str]] = {
     "stream_query": "no count: a completion point: success bounds the kernels launched on "
                     "the stream; *not ready* is not an error",
     "event_destroy": "no count: the event's completion state is forgotten",
+    "event_elapsed": "`gpu_kernel_elapsed_seconds`, when the span between the two events "
+                     "holds exactly one launch (recorded back to back on one stream)",
     "stream_wait": "no count: a stream that waits on a captured event joins the capture",
     "graph_create": "no count: a new, empty graph",
     "graph_add_kernel": "no count: a kernel node of a graph",

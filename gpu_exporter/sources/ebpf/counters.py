@@ -142,7 +142,8 @@ class Counters:
         device (struct skey.dev); None for what is kept per process (launch shapes)."""
         r = self.resolver
         pid = tgid if self.pid_label else None
-        api = sub & 0xFF if fam in (abi.FAM_LAUNCH, abi.FAM_ALLOC, abi.FAM_DURATION) else (
+        api = sub & 0xFF if fam in (abi.FAM_LAUNCH, abi.FAM_ALLOC, abi.FAM_DURATION,
+                                    abi.FAM_ELAPSED) else (
             abi.API_DRIVER if fam == abi.FAM_ERROR and sub < len(abi.ALL_PROBES)
             and abi.ALL_PROBES[sub].driver else abi.API_RUNTIME)
         device = self.device(tgid, abi.DEV_NONE if dev is None else dev, api, dev is not None)
@@ -169,6 +170,9 @@ class Counters:
                            error_type=names.get(ident, str(ident)), pid=pid, device=device)
         if fam == abi.FAM_SYNC:
             return CallKey(sync_call=abi.SYNC_NAMES.get(sub, "unknown"), pid=pid, device=device)
+        if fam == abi.FAM_ELAPSED:
+            return CallKey(kernel_name=r.kernel_label(tgid, sub & 0xFF, ident), pid=pid,
+                           device=device)
         if fam == abi.FAM_DURATION:  # sub: api | completion << 8
             name = (OTHER if ident == abi.DURATION_OTHER_ID
                     else r.kernel_label(tgid, sub & 0xFF, ident))

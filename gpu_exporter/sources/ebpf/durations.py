@@ -59,6 +59,22 @@ class Durations:
                 self.dropped += 1
                 return
 
+    def on_elapsed(self, bpf: Any, raw: bytes) -> None:
+        """cudaEventElapsedTime of a one-launch span (EV_ELAPSED): a sample of its
+        kernel's exact time."""
+        _, tgid, api, _, dev, ident, bits = WAIT.unpack_from(raw)
+        (ms,) = struct.unpack("<f", (bits & 0xFFFFFFFF).to_bytes(4, "little"))
+        if not ms >= 0:  # (NaN, negative: not a time)
+            return
+        ns = round(ms * 1e6)
+        stats = bpf["stats"]
+        for slot, n in ((slot_of(ns), 1), (abi.SLOT_SUM, ns)):
+            key = stats.Key(tgid=tgid, fam=abi.FAM_ELAPSED, sub=api, id=ident, slot=slot,
+                            dev=dev)
+            if not self._add(stats, key, n):
+                self.dropped += 1
+                return
+
     def on_event(self, bpf: Any, raw: bytes) -> None:
         _, tgid, completion, _, dev, bound, _, *rest = EVENT.unpack_from(raw)
         k = abi.GROUP_KERNELS

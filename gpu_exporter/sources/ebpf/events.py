@@ -103,6 +103,8 @@ class EventLoop:
                 self.durations.on_event(self._bpf, raw)
             elif etype == abi.EV_WAIT:
                 self.durations.on_wait(self._bpf, raw)
+            elif etype == abi.EV_ELAPSED:
+                self.durations.on_elapsed(self._bpf, raw)
             elif etype in abi.GRAPH_EVENTS:
                 if lost != self._graph_drops_seen & 0xFFFFFFFF:
                     self._graph_events_lost_before(lost)

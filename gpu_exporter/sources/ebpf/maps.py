@@ -359,6 +359,7 @@ def activity(totals: Totals, dropped: dict[str, int], attached: list[str]) -> Cu
                       sorted(hists.items(), key=lambda h: order(h[0][1]))
                       if f == abi.FAM_WAIT],
         stream_wait_bound_seconds=family(abi.FAM_WAIT_BOUND, SECONDS_BOUNDS_LOG2_NS, 1e-9),
+        kernel_elapsed_seconds=family(abi.FAM_ELAPSED, SECONDS_BOUNDS_LOG2_NS, 1e-9),
         dropped=dropped,
         attached_libraries=attached,
         kernel_names_overflow=overflow,

@@ -409,6 +409,10 @@ struct estate {
     u64 waiter;
     u64 waiter_serial;
     u64 wait_ts;  // entry time of the first wait on it not yet bounded (0: none)
+    // When the span from the stream's record before it (serial `prev`) to it holds one
+    // launch: that launch's tag (cudaEventElapsedTime of the two is that kernel's time).
+    u64 single;
+    u64 prev;
 };
 
 // A process's streams with a state (0: a free place) and its records' serials. A device
@@ -606,20 +610,35 @@ static __always_inline void seal(struct sstate *s, u64 serial) {
 }
 
 // cudaEventRecord(event, stream) and the like returned success.
-static __always_inline void event_recorded(u32 tgid, u64 event, u64 stream, u32 cookie) {
+static __always_inline void event_recorded(u32 tgid, u64 event, u64 stream, u32 cookie,
+                                           u32 dev) {
     struct gkey ek = {};
     ek.tgid = tgid;
     ek.handle = event;
     u64 skey = stream_key(stream, cookie);
-    struct sstate *s = stream_state(tgid, skey, 0, 0);
+    // (made when the stream has none: the record is where a timed span starts)
+    struct sstate *s = stream_state(tgid, skey, dev, 1);
     struct plist *pl = proc_streams.lookup(&tgid);
-    if (!s || !pl) {  // nothing launched on the stream since it was last complete
+    if (!s || !pl) {  // not kept (counted): the event's old state is not its own now
         cuda_events.delete(&ek);
         return;
     }
     u64 serial = __sync_fetch_and_add(&pl->serial, 1) + 1;
-    seal(s, serial);
     struct estate e = {};
+    // One launch since the record before it (and no wait between): a one-kernel span.
+    if (s->open.first && s->open.after && !s->open.other) {
+        u64 n = 0, tag = 0;
+        for (u32 i = 0; i < GROUP_KERNELS; i++) {
+            n += s->open.n[i];
+            if (s->open.n[i])
+                tag = s->open.tag[i];
+        }
+        if (n == 1) {
+            e.single = tag;
+            e.prev = s->open.after;
+        }
+    }
+    seal(s, serial);
     e.stream = skey;
     e.serial = serial;
     if (cuda_events.update(&ek, &e) != 0)
@@ -725,6 +744,32 @@ static __always_inline void event_not_ready(u32 tgid, u64 event, u64 t) {
     raise_after(tgid, e->stream, e->serial, t);
     if (waiter)
         raise_after(tgid, waiter, waiter_serial, t);
+}
+
+// cudaEventElapsedTime(ms, start, end) succeeded: when `end` was recorded right after one
+// launch that followed `start`'s record on the same stream, the time is that kernel's
+// (EV_ELAPSED; the float's bits go to user space as they are).
+static __always_inline void elapsed(u32 tgid, u32 dev, u64 ms_ptr, u64 start, u64 end) {
+    struct gkey k = {};
+    k.tgid = tgid;
+    k.handle = end;
+    struct estate *e = cuda_events.lookup(&k);
+    if (!e || !e->single)
+        return;
+    u64 single = e->single, prev = e->prev, stream = e->stream;
+    k.handle = start;
+    struct estate *s = cuda_events.lookup(&k);
+    if (!s || s->serial != prev || s->stream != stream)
+        return;
+    u32 bits = 0;
+    bpf_probe_read_user(&bits, sizeof(bits), (void *)ms_ptr);
+    struct ehead *h = event_start(sizeof(struct ehead), DROP_EVENTS_FULL, EV_ELAPSED, tgid,
+                                  (u16)((single >> 48) - 1), 0, single & DURATION_OTHER_ID,
+                                  bits);
+    if (!h)
+        return;
+    h->pad = dev;
+    events.ringbuf_submit(h, 0);
 }
 
 static __always_inline void event_forget(u32 tgid, u64 event) {
@@ -1076,7 +1121,7 @@ static __always_inline void finish(struct pt_regs *ctx, u32 tgid, struct frame *
         u64 c = f->counted ? capture_of(tgid, f->b) : 0;
         if (!c) {
             if (f->counted)
-                event_recorded(tgid, f->a, f->b, f->cookie);
+                event_recorded(tgid, f->a, f->b, f->cookie, dev);
             break;
         }
         struct gkey k = {};
@@ -1122,6 +1167,10 @@ static __always_inline void finish(struct pt_regs *ctx, u32 tgid, struct frame *
     case OP_EVENT_DESTROY:  // (event)
         if (f->counted)
             event_forget(tgid, f->a);
+        break;
+    case OP_EVENT_ELAPSED:  // (float *ms, start, end): a one-launch span's exact time
+        if (f->counted)
+            elapsed(tgid, dev, f->a, f->b, f->c);
         break;
     case OP_GRAPH_CREATE:  // (cudaGraph_t *pGraph, flags)
         if (f->counted)
@@ -1588,6 +1637,11 @@ ENTRY(stream_query, OP_STREAM_QUERY, PROBE_COOKIE) {
 }
 ENTRY(event_destroy, OP_EVENT_DESTROY, PROBE_COOKIE) {
     f->a = PT_REGS_PARM1(ctx);
+}
+ENTRY(event_elapsed, OP_EVENT_ELAPSED, PROBE_COOKIE) {
+    f->a = PT_REGS_PARM1(ctx);
+    f->b = PT_REGS_PARM2(ctx);
+    f->c = PT_REGS_PARM3(ctx);
 }
 KEEP_ARGS(graph_add_kernel, OP_GRAPH_ADD_KERNEL)
 KEEP_ARGS(graph_add_child, OP_GRAPH_ADD_KERNEL)

@@ -112,3 +112,5 @@ class CudaActivity:
     # its stream, where the awaited event's completion was seen
     stream_waits: Sequence[CallCount] = ()
     stream_wait_bound_seconds: Sequence[CallHistogram] = ()
+    # cudaEventElapsedTime of spans holding one launch: that kernel's exact time
+    kernel_elapsed_seconds: Sequence[CallHistogram] = ()

@@ -26,6 +26,9 @@
  *   completion waits N       N loops of: k_first (FIRST_MS) on A, eA recorded; B waits
  *                            on eA (cudaStreamWaitEvent), k_after on B, eB recorded; eA
  *                            polled (not ready while k_first runs); eB synchronised
+ *   completion elapsed N     N loops of: s recorded on A, k_el, e recorded,
+ *                            cudaEventSynchronize(e), cudaEventElapsedTime(s, e); then
+ *                            s, k_el2a, k_el2b, e (two kernels in the span) likewise
  *   completion many N        N launches of k_many on stream A, each followed by a
  *                            record of its own new event; then cudaDeviceSynchronize
  *
@@ -60,6 +63,9 @@ __attribute__((noinline)) void k_re2(int n) { sink += n; }
 __attribute__((noinline)) void k_use(int n) { sink += n; }
 __attribute__((noinline)) void k_many(int n) { sink += n; }
 __attribute__((noinline)) void k_after(int n) { sink += n; }
+__attribute__((noinline)) void k_el(int n) { sink += n; }
+__attribute__((noinline)) void k_el2a(int n) { sink += n; }
+__attribute__((noinline)) void k_el2b(int n) { sink += n; }
 
 #define CHECK(call)                                                   \
   do {                                                                \
@@ -217,6 +223,31 @@ static void waits(int n) {
   }
 }
 
+static float timed(cudaStream_t a, void (*f)(int), void (*g)(int)) {
+  cudaEvent_t s, e;
+  float ms = -1;
+  CHECK(cudaEventCreate(&s));
+  CHECK(cudaEventCreate(&e));
+  CHECK(cudaEventRecord(s, a));
+  launch(f, a);
+  if (g) launch(g, a);
+  CHECK(cudaEventRecord(e, a));
+  CHECK(cudaEventSynchronize(e));
+  CHECK(cudaEventElapsedTime(&ms, s, e));
+  CHECK(cudaEventDestroy(s));
+  CHECK(cudaEventDestroy(e));
+  return ms;
+}
+
+static void elapsed(int n) {
+  cudaStream_t a;
+  CHECK(cudaStreamCreate(&a));
+  for (int i = 0; i < n; i++) {
+    if (timed(a, k_el, NULL) < KERNEL_MS) exit(5); /* the simulated clock's own answer */
+    if (timed(a, k_el2a, k_el2b) < 2 * KERNEL_MS) exit(5);
+  }
+}
+
 static void many(int n) {
   cudaStream_t a;
   CHECK(cudaStreamCreate(&a));
@@ -235,7 +266,8 @@ int main(int argc, char **argv) {
     return 2;
   }
   void (*all[])(int) = {k_polled, k_front, k_timed, k_late, k_waiter, t_short, q_kernel,
-                        k_second, k_odd1, k_re1, k_re2, k_use, k_after};
+                        k_second, k_odd1, k_re1, k_re2, k_use, k_after, k_el, k_el2a,
+                        k_el2b};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
     fake_kernel_duration((const void *)all[i], KERNEL_MS * MS);
   fake_kernel_duration((const void *)t_long, LONG_MS * MS);
@@ -255,6 +287,7 @@ int main(int argc, char **argv) {
   else if (strcmp(argv[1], "odd") == 0) odd();
   else if (strcmp(argv[1], "many") == 0) many(n);
   else if (strcmp(argv[1], "waits") == 0) waits(n);
+  else if (strcmp(argv[1], "elapsed") == 0) elapsed(n);
   else return 2;
   printf("done\n");
   return 0;
