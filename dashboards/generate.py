@@ -585,11 +585,15 @@ def cuda() -> Board:
                      (_quantile(0.5, "gpu_kernel_block_size", exe),
                       "{{process_executable_name}}"),
                      description="Threads per block."))
-    b.add(timeseries("Kernel duration model (p90)", "s",
-                     (_quantile(0.9, "gpu_kernel_duration_seconds", "cuda_kernel_name"),
-                      "{{cuda_kernel_name}}"),
-                     description="Launch to the synchronising call that covered it: an upper "
-                     "bound model, not device execution time."))
+    b.add(timeseries("Kernel duration bound (p90)", "s",
+                     (_quantile(0.9, "gpu_kernel_duration_seconds",
+                                "cuda_kernel_name, completion"),
+                      "{{cuda_kernel_name}} ({{completion}})"),
+                     description="An upper bound on each launch's execution time, from the "
+                     "first completion point seen to cover it: the application's own events "
+                     "and stream queries (completion=event, tight where it polls) or a "
+                     "synchronise (sync_fallback, loose). Never below the true time; "
+                     "docs/ebpf.md has the error bars."))
     b.row("Memory copies and allocations")
     b.add(timeseries("Copy throughput by direction", "Bps",
                      (f"sum by (cuda_memcpy_kind) "

@@ -512,13 +512,18 @@ GPU_KERNEL_BLOCK_SIZE = Histogram(
 class KernelDurationLabels(CudaLabels):
     cuda_kernel_name: str
     gpu_measurement_source: Literal["ebpf_model"]
+    # What bounded the kernel's completion: an event or stream query on its own stream
+    # ("event"), or a stream/device/context synchronise ("sync_fallback"). docs/ebpf.md.
+    completion: Literal["event", "sync_fallback"]
 
 
 GPU_KERNEL_DURATION = Histogram(
     "gpu_kernel_duration_seconds",
-    "Time from launch to the synchronising call that covered it (a model, not device "
-    "execution time).", C, KernelDurationLabels, unit="seconds",
-    sources="launch and synchronise uprobes",
+    "Upper bound on a kernel's execution time: from its launch (or the latest not-ready "
+    "answer before it) to the first completion point seen to cover it; one sample per "
+    "launch, a group of launches between two completion points sharing one bound.", C,
+    KernelDurationLabels, unit="seconds",
+    sources="launch, event record, event/stream query and synchronise uprobes",
 )
 
 
@@ -548,6 +553,35 @@ GPU_MEMORY_ALLOCATIONS = Histogram(
 
 class SyncLabels(CudaLabels):
     cuda_sync_call: str
+
+
+class KernelLabels(CudaLabels):
+    cuda_kernel_name: str
+
+
+GPU_KERNEL_ELAPSED = Histogram(
+    "gpu_kernel_elapsed_seconds",
+    "The application's own cudaEventElapsedTime between two events recorded around exactly "
+    "one launch on one stream: that kernel's GPU time (exact; idle gaps between the "
+    "events included).", C, KernelLabels, unit="seconds",
+    sources="uprobes on cudaEventElapsedTime, cuEventElapsedTime and the event records",
+)
+
+GPU_STREAM_WAITS = Counter(
+    "gpu_stream_waits_total",
+    "Successful cudaStreamWaitEvent / cuStreamWaitEvent calls: a stream made to wait for "
+    "an event of another.", C, ExecutableLabels,
+    sources="uprobes on cudaStreamWaitEvent, cuStreamWaitEvent",
+)
+
+GPU_STREAM_WAIT_BOUND = Histogram(
+    "gpu_stream_wait_bound_seconds",
+    "Upper bound on the time a stream wait held its stream: from the wait call to the first "
+    "completion seen of the awaited event (waits whose event is never seen complete have "
+    "no sample).", C, ExecutableLabels, unit="seconds",
+    sources="uprobes on cudaStreamWaitEvent, cuStreamWaitEvent and the event's queries "
+            "and synchronises",
+)
 
 
 GPU_SYNC_DURATION = Histogram(

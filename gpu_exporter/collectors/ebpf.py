@@ -245,7 +245,8 @@ class EbpfCollector(Collector):
             c.GPU_KERNEL_BLOCK_SIZE.emit(sink, *_hist(h), _pid(block, h.key.pid), h.key.device)
         for h in a.kernel_duration_seconds:
             duration: c.KernelDurationLabels = {
-                "cuda_kernel_name": h.key.kernel_name, "gpu_measurement_source": "ebpf_model"}
+                "cuda_kernel_name": h.key.kernel_name, "gpu_measurement_source": "ebpf_model",
+                "completion": h.key.completion or "sync_fallback"}
             c.GPU_KERNEL_DURATION.emit(sink, *_hist(h), _pid(duration, h.key.pid), h.key.device)
         for h in a.copies_bytes:
             copy: c.CopyLabels = {"cuda_memcpy_kind": h.key.memcpy_kind,
@@ -259,6 +260,16 @@ class EbpfCollector(Collector):
         for h in a.sync_duration_seconds:
             sync: c.SyncLabels = {"cuda_sync_call": h.key.sync_call}
             c.GPU_SYNC_DURATION.emit(sink, *_hist(h), _pid(sync, h.key.pid), h.key.device)
+        for h in a.kernel_elapsed_seconds:
+            timed: c.KernelLabels = {"cuda_kernel_name": h.key.kernel_name}
+            c.GPU_KERNEL_ELAPSED.emit(sink, *_hist(h), _pid(timed, h.key.pid), h.key.device)
+        for w in a.stream_waits:
+            waits: c.ExecutableLabels = {"process_executable_name": w.key.executable}
+            c.GPU_STREAM_WAITS.emit(sink, w.count, _pid(waits, w.key.pid), w.key.device)
+        for h in a.stream_wait_bound_seconds:
+            bound: c.ExecutableLabels = {"process_executable_name": h.key.executable}
+            c.GPU_STREAM_WAIT_BOUND.emit(sink, *_hist(h), _pid(bound, h.key.pid),
+                                         h.key.device)
         for e in a.errors:
             error: c.CudaErrorLabels = {"cuda_call": e.key.call, "error_type": e.key.error_type,
                                         "process_executable_name": e.key.executable}

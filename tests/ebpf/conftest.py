@@ -67,6 +67,9 @@ def build_into(out: Path) -> Build:
         [gcc, "-O0", "-o", "dlopen_driver", str(CSRC / "dlopen_driver.c"), "-ldl"],
         [gcc, "-O0", "-Wall", "-Werror", "-o", "stepper", str(CSRC / "stepper.c"), "-L.",
          "-lcudart", "-lcuda", rpath],
+        # Completion points on the simulated GPU clock (issue #27)
+        [gcc, "-O0", "-Wall", "-Werror", "-o", "completion", str(CSRC / "completion.c"),
+         "-L.", "-lcudart", "-lcuda", rpath, "-pthread"],
     ]
     for cmd in steps:
         res = subprocess.run(cmd, cwd=out, capture_output=True, text=True, timeout=120)

@@ -165,7 +165,7 @@ class _Source:
 
 
 def _clear(bpf: Any) -> None:
-    for name in ("stats", "proc_slots", "pending", "execs"):
+    for name in ("stats", "proc_slots", "execs", "streams", "cuda_events", "proc_streams"):
         bpf[name].clear()
     shapes = bpf["shapes"]
     for slot in range(1, 8):

@@ -116,11 +116,18 @@ def test_failed_synchronise_is_no_sync_and_no_duration_sample(run: Run) -> None:
     syncs = {x.labels["cuda_sync_call"]: x.value
              for x in find(run.series, "gpu_sync_duration_seconds_count", **pid)}
     assert syncs == {"cudaDeviceSynchronize": 1}  # every cudaStreamSynchronize failed
-    # The first launch that succeeded (a vecAdd) is the one the device synchronise
-    # covered; the failed ml::gemm launch started no sample.
+    # Every launch that succeeded has its sample, from the device synchronise (the
+    # stream's failed); the failed launches (ml::gemm, a vecAdd, a graph) have none.
     durations = {x.labels["cuda_kernel_name"]: x.value
-                 for x in find(run.series, "gpu_kernel_duration_seconds_count", **pid)}
-    assert durations == {"vecAdd": 1}
+                 for x in find(run.series, "gpu_kernel_duration_seconds_count", **pid,
+                               completion="sync_fallback")}
+    launched: dict[str, float] = {}
+    for x in find(run.series, "gpu_kernel_launch_calls_total", **pid):
+        name = "unknown" if x.labels["cuda_api"] == "graph" else x.labels["cuda_kernel_name"]
+        launched[name] = launched.get(name, 0) + x.value
+    assert durations == launched
+    assert "ml::gemm" not in durations and durations["vecAdd"] == 1
+    assert durations["unknown"] == 2  # graph launches: the one failed has no sample
 
 
 def recorded_names() -> dict[str, dict[str, dict[int, str]]]:

@@ -133,6 +133,7 @@ def test_program_uses_only_defined_constants() -> None:
     code = re.sub(r"//[^\n]*|/\*.*?\*/", "", program_text(), flags=re.S)
     used = set(re.findall(r"\b([A-Z][A-Z0-9_]{3,})\b", code))
     not_ours = {"BPF_HASH", "BPF_ARRAY", "BPF_PERCPU_ARRAY", "BPF_QUEUE", "BPF_RINGBUF_OUTPUT",
+                "BPF_PROG_ARRAY",
                 "PT_REGS_PARM1", "PT_REGS_PARM2", "PT_REGS_PARM3", "PT_REGS_PARM4", "PT_REGS_PARM5",
                 "PT_REGS_PARM6", "PT_REGS_SP", "PT_REGS_RC", "E2BIG", "BPF_TASK_STORAGE",
                 "BPF_LOCAL_STORAGE_GET_F_CREATE",

@@ -35,7 +35,7 @@ class Shape(ctypes.Structure):
     _fields_ = (("grid", ctypes.c_uint64 * abi.GRID_SLOTS),
                 ("block", ctypes.c_uint64 * abi.BLOCK_SLOTS),
                 ("grid_sum", ctypes.c_uint64), ("block_sum", ctypes.c_uint64),
-                ("pending", ctypes.c_uint64), ("tgid", ctypes.c_uint32),
+                ("unused", ctypes.c_uint64), ("tgid", ctypes.c_uint32),
                 ("pad", ctypes.c_uint32), ("launches", LSlot * abi.LAUNCH_SLOTS))
 
 
@@ -46,8 +46,9 @@ class GKey(ctypes.Structure):
                 ("handle", ctypes.c_uint64))
 
 
-class Pend(ctypes.Structure):
-    """program.c: struct pend, as far as this test needs it (entries are only deleted)."""
+class Opaque(ctypes.Structure):
+    """A value the reader only deletes (program.c: struct sstate, struct estate, struct
+    plist), as far as this test needs it."""
 
     _fields_ = (("n", ctypes.c_uint64),)
 
@@ -108,7 +109,9 @@ def maps() -> dict[str, Any]:
         "shapes": Table(u32, Shape, size=64),
         "proc_slots": Table(u32, u32),
         "free_slots": Queue(u32),
-        "pending": Table(u32, Pend),
+        "streams": Table(GKey, Opaque),
+        "cuda_events": Table(GKey, Opaque),
+        "proc_streams": Table(u32, Opaque),
         "drops": Table(u32, u64, size=abi.DROP_REASONS),
         "captures": Table(GKey, u64),
         "capture_events": Table(GKey, u64),

@@ -24,7 +24,8 @@ def _launches(a: CudaActivity) -> dict[tuple[str, str, int | None], int]:
 
 def _trainer(p: Parts, tgid: int) -> None:
     """A process that ran two driver kernels (one counted in its shape value), made one
-    failed allocation, and was in the middle of a launch (`pending`) and of a graph's
+    failed allocation, had launches awaiting a completion point on a stream and an event
+    recorded (`streams`, `cuda_events`, `proc_streams`), and was in the middle of a graph's
     instantiation (`execs`)."""
     p.process(tgid, "trainer")
     p.name(tgid, GEMM, "_Z6k_gemmv")
@@ -33,7 +34,10 @@ def _trainer(p: Parts, tgid: int) -> None:
     p.count(tgid, abi.FAM_ERROR, MALLOC, 2, 1)
     p.shape(tgid, slot=3 if tgid == TGID else 4, grid_slot=2, n=12,
             launches=[(abi.API_DRIVER, RELU, 7)])
-    p.maps["pending"][ctypes.c_uint32(tgid)] = p.maps["pending"].Leaf(1)
+    for name in ("streams", "cuda_events"):
+        table = p.maps[name]
+        table[table.Key(tgid, 0, 0x5000)] = table.Leaf(1)
+    p.maps["proc_streams"][ctypes.c_uint32(tgid)] = p.maps["proc_streams"].Leaf(1)
     execs = p.maps["execs"]
     execs[execs.Key(tgid, 0, 0x77)] = ctypes.c_uint64(1)
 
@@ -61,7 +65,9 @@ def test_an_exited_process_is_folded_out_of_the_maps_and_still_counted_once(
     assert p.maps["shapes"][ctypes.c_uint32(3)].tgid == 0  # zeroed, and given back:
     assert p.maps["free_slots"].values == [3]
     assert int(p.maps["shapes"][ctypes.c_uint32(4)].tgid) == OTHER_TGID
-    assert [int(k.value) for k, _ in p.maps["pending"].items()] == [OTHER_TGID]
+    for name in ("streams", "cuda_events"):
+        assert [int(k.tgid) for k, _ in p.maps[name].items()] == [OTHER_TGID]
+    assert [int(k.value) for k, _ in p.maps["proc_streams"].items()] == [OTHER_TGID]
     assert [int(k.tgid) for k, _ in p.maps["execs"].items()] == [OTHER_TGID]
 
 

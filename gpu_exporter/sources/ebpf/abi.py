@@ -34,6 +34,31 @@ GRAPH_NODES_MAX: Final = 65536  # kernel nodes kept per process (user space)
 GRAPHS_MAX: Final = 4096  # graphs, captures and executable graphs kept per process
 GRAPH_SERIAL_BIT: Final = 1 << 47  # a graph launch key's id: an executable graph's serial
 
+# --- completion points (issue #27): kernel durations bounded per stream ------------------
+STREAMS_MAX: Final = 8192  # streams with launches awaiting a completion, all processes
+# ... of one process at once (a power of 2). A device synchronise closes each stream's
+# groups in (SEALED + 1) tail calls: (SEALED + 1) * PROC_STREAMS <= 32, the kernel's limit.
+PROC_STREAMS: Final = 8
+SEALED: Final = 3  # groups sealed by a record and not yet known complete, per stream
+CUDA_EVENTS_MAX: Final = 65536  # recorded CUDA events, all processes
+GROUP_KERNELS: Final = 4  # distinct kernels kept by name in a group; more: "other"
+# A probe's cookie (program.c, COOKIE_*): bits 0-15 the probe's index, 16-23 its arg, 24
+# the driver side, 25-29 an argument position, 30 a HIP entry point (issue #23), 31 a
+# _ptsz entry point (per-thread stream, issue #27).
+COOKIE_HIP_SHIFT: Final = 30
+COOKIE_PTSZ_SHIFT: Final = 31
+# A kernel duration's sub: api | completion << 8
+COMPLETION_SYNC_FALLBACK: Final = 0
+COMPLETION_EVENT: Final = 1
+Completion = Literal["event", "sync_fallback"]
+COMPLETION_NAMES: Final[dict[int, Completion]] = {
+    COMPLETION_SYNC_FALLBACK: "sync_fallback", COMPLETION_EVENT: "event"}
+DURATION_OTHER_ID: Final = (1 << 48) - 1  # launches beyond a group's GROUP_KERNELS kernels
+CUDA_NOT_READY: Final = 600  # cudaErrorNotReady and CUDA_ERROR_NOT_READY: an answer
+STREAM_LEGACY: Final = 1  # cudaStreamLegacy / CU_STREAM_LEGACY
+STREAM_PER_THREAD: Final = 2  # cudaStreamPerThread / CU_STREAM_PER_THREAD
+PER_THREAD_KEY: Final = 1 << 62  # a stream key: the default stream of thread (low bits)
+
 # --- key families (struct skey.fam) ------------------------------------------------------
 FAM_LAUNCH: Final = 1  # sub = api, id = host function / handle / graph exec, slot 0
 FAM_GRID: Final = 2
@@ -43,6 +68,9 @@ FAM_ALLOC: Final = 5  # sub = api
 FAM_SYNC: Final = 6  # sub = SYNC_*
 FAM_DURATION: Final = 7  # sub = api, id = kernel
 FAM_ERROR: Final = 8  # sub = the call (its probe's index), id = the error code
+FAM_WAIT: Final = 9  # (issue #27) stream waits, counted in slot 0
+FAM_WAIT_BOUND: Final = 10  # their bounds: a histogram of ns
+FAM_ELAPSED: Final = 11  # sub = api, id = kernel: cudaEventElapsedTime of one-launch spans
 GRID_SLOTS: Final = 34  # slots 0..32 (up to 2^32 blocks), then one for anything above
 BLOCK_SLOTS: Final = 12  # slots 0..10 (up to 1024 threads), then one for anything above
 SLOT_SUM: Final = 100  # histogram families: the sum of values; slots 0..64 are log2 buckets
@@ -131,6 +159,10 @@ OP_GRAPH_CLONE: Final = 22
 OP_GRAPH_UPDATE: Final = 23  # cudaGraphExecUpdate: the executable graph runs another graph
 OP_GRAPH_DESTROY: Final = 24
 OP_GRAPH_EXEC_DESTROY: Final = 25
+OP_EVENT_QUERY: Final = 26  # (issue #27) cudaEventQuery / cuEventQuery
+OP_STREAM_QUERY: Final = 27
+OP_EVENT_DESTROY: Final = 28
+OP_EVENT_ELAPSED: Final = 29  # cudaEventElapsedTime(float *ms, start, end)
 
 EV_NEW_KEY: Final = 1
 EV_HANDLE_NAME: Final = 2  # id = CUfunction/CUkernel, name = its (mangled) name
@@ -159,6 +191,18 @@ EV_GRAPH_DESTROY: Final = 28  # id = a graph destroyed
 # graph updated, instantiated again into the same handle, or destroyed): its counters are
 # final once this is read
 EV_GRAPH_RETIRED: Final = 29
+# (issue #27) A group of launches closed by a completion point (struct durations_event):
+# fam = completion, pad = device, id = the bound in ns; then GROUP_KERNELS launch tags
+# (kernel id | (api + 1) << 48), their counts, and the count of further kernels' launches.
+EV_DURATIONS: Final = 30
+# A stream wait (struct ehead alone): fam 0 = a successful cudaStreamWaitEvent, fam 1 =
+# the bound on the time one held its stream (id, ns), once the awaited event's completion
+# is seen; pad = the device. Counted in user space (FAM_WAIT, FAM_WAIT_BOUND).
+EV_WAIT: Final = 31
+# cudaEventElapsedTime of a span that holds one launch (struct ehead): fam = api, sub = 0,
+# pad = the device, id = the kernel, target = the float milliseconds' bits. Counted in
+# user space (FAM_ELAPSED, a histogram of ns by kernel).
+EV_ELAPSED: Final = 32
 GRAPH_EVENT = struct.Struct("<IIHHIQQ")
 GRAPH_EVENTS: Final = frozenset({EV_GRAPH_CREATE, EV_GRAPH_NODE, EV_CAPTURE_BEGIN,
                                  EV_CAPTURED_NODE, EV_CAPTURE_END, EV_GRAPH_EXEC,
@@ -175,7 +219,8 @@ DROP_COPY_SIZE_UNKNOWN: Final = 6
 DROP_GRAPHS_FULL: Final = 7  # a capture, capture event or executable graph not kept
 DROP_GRAPH_EVENTS_FULL: Final = 8
 DROP_CALL_UNFINISHED: Final = 9  # a thread exited inside a probed call (killed mid-call)
-DROP_REASONS: Final = 10
+DROP_EVENT_MAP_FULL: Final = 10  # a recorded CUDA event not kept (issue #27)
+DROP_REASONS: Final = 11
 DROP_NAMES: Final = {
     DROP_STATS_FULL: "stats_map_full",
     DROP_THREADS_FULL: "threads_map_full",
@@ -191,6 +236,7 @@ DROP_NAMES: Final = {
     # A probed call whose thread exited before it returned (a process killed or exiting
     # mid-launch): neither work nor an error, it is counted here.
     DROP_CALL_UNFINISHED: "call_unfinished",
+    DROP_EVENT_MAP_FULL: "cuda_event_map_full",
 }
 # Counted in user space: kernel nodes or graphs beyond GRAPH_NODES_MAX / GRAPHS_MAX.
 DROP_GRAPH_NODES: Final = "graph_nodes_full"
@@ -368,7 +414,17 @@ def _at(pos: int, probes: tuple[Probe, ...]) -> tuple[Probe, ...]:
 # --default-stream per-thread), exported by the runtime and the driver.
 PTSZ, PTDS = "_ptsz", "_ptds"
 
-RUNTIME_PROBES: Final[tuple[Probe, ...]] = (
+
+def _per_thread_launches(probes: tuple[Probe, ...]) -> tuple[Probe, ...]:
+    """The _ptsz launches get programs of their own (rt_launch_ptsz, drv_launch_ptsz): a
+    launch does not read its probe's cookie (costly), so the program itself says that a
+    NULL stream is the calling thread's default stream, not the legacy one."""
+    return tuple(replace(p, program=p.program + PTSZ)
+                 if p.symbol.endswith(PTSZ) and p.program in ("rt_launch", "drv_launch")
+                 else p for p in probes)
+
+
+RUNTIME_PROBES: Final[tuple[Probe, ...]] = _per_thread_launches((
     *_rt("cudaLaunchKernel", "rt_launch", 0, PTSZ),
     *_rt("cudaLaunchCooperativeKernel", "rt_launch", 0, PTSZ),
     *_rt("cudaLaunchKernelExC", "launch_ex", 0, PTSZ),
@@ -431,9 +487,14 @@ RUNTIME_PROBES: Final[tuple[Probe, ...]] = (
     *_rt("cudaMemcpyPeerAsync", "copy_peer", MEMCPY_DEVICE_TO_DEVICE),
     *_rt("cudaMallocHost", "alloc", MEM_HOST),
     *_rt("cudaHostAlloc", "alloc", MEM_HOST),
-)
+    # --- completion points (issue #27; cudaEventRecord and the syncs are above) ---
+    *_rt("cudaEventQuery", "event_query"),
+    *_rt("cudaStreamQuery", "stream_query", 0, PTSZ),
+    *_rt("cudaEventDestroy", "event_destroy"),
+    *_rt("cudaEventElapsedTime", "event_elapsed"),
+))
 
-DRIVER_PROBES: Final[tuple[Probe, ...]] = (
+DRIVER_PROBES: Final[tuple[Probe, ...]] = _per_thread_launches((
     *_drv("cuLaunchKernel", "drv_launch", 0, PTSZ),
     *_drv("cuLaunchCooperativeKernel", "drv_launch", 0, PTSZ),
     *_drv("cuLaunchKernelEx", "launch_ex", 0, PTSZ),
@@ -505,7 +566,13 @@ DRIVER_PROBES: Final[tuple[Probe, ...]] = (
     *_drv("cuModuleGetFunction", "drv_get_function"),
     *_drv("cuLibraryGetKernel", "drv_get_function"),
     *_drv("cuKernelGetFunction", "drv_kernel_function"),
-)
+    # --- completion points (issue #27; cuEventRecord and the syncs are above) ---
+    *_drv("cuEventQuery", "event_query"),
+    *_drv("cuStreamQuery", "stream_query", 0, PTSZ),
+    *_drv("cuEventDestroy_v2", "event_destroy"),
+    *_drv("cuEventElapsedTime", "event_elapsed"),
+))
+
 
 # --- HIP (AMD's libamdhip64, ROCm 5.x to 7.x): issue #23 --------------------------------
 # The HIP runtime mirrors the CUDA runtime's C ABI (hipLaunchKernel is cudaLaunchKernel's
@@ -640,6 +707,10 @@ SYNC_NAMES: Final = {p.arg: p.call for p in ALL_PROBES if p.program == "sync"}
 COUNTS: Final[dict[str, str]] = {
     "rt_launch": "a launch: `gpu_kernel_launch_calls_total{cuda_api=\"runtime\"}`, named "
                  "from the host function; grid and block size from the `dim3` arguments",
+    "rt_launch_ptsz": "a launch, as `cudaLaunchKernel` (a NULL stream is the thread's "
+                      "default stream)",
+    "drv_launch_ptsz": "a launch, as `cuLaunchKernel` (a NULL stream is the thread's "
+                       "default stream)",
     "launch_ex": "a launch: `gpu_kernel_launch_calls_total`; grid and block size from the "
                  "launch configuration struct",
     "drv_launch": "a launch: `gpu_kernel_launch_calls_total{cuda_api=\"driver\"}`, named "
@@ -659,7 +730,8 @@ COUNTS: Final[dict[str, str]] = {
                    "`Depth` of the `CUDA_MEMCPY3D`/`CUDA_MEMCPY3D_PEER`; `cuda_memcpy_kind` "
                    "from its memory types",
     "alloc": "an allocation: `gpu_memory_allocations_bytes`, bytes = the size argument",
-    "sync": "a synchronisation: `gpu_sync_duration_seconds`; closes a kernel duration sample",
+    "sync": "a synchronisation: `gpu_sync_duration_seconds`; a completion point: closes "
+            "the kernel duration samples it covers",
     "rt_get_kernel": "no count: maps a CUDA 13 kernel handle to its host function (names)",
     "drv_get_function": "no count: names a `CUfunction`/`CUkernel` (kernel names)",
     "drv_kernel_function": "no count: maps a `CUfunction` to its `CUkernel` (kernel names)",
@@ -676,8 +748,17 @@ COUNTS: Final[dict[str, str]] = {
     "capture_begin": "no count: the stream is under capture: launches on it are graph "
                      "nodes, not executions",
     "capture_end": "no count: the capture's kernel nodes are the graph's",
-    "event_record": "no count: an event recorded on a stream under capture joins the "
-                    "streams that wait on it to the capture",
+    "event_record": "no count: a completion point on the stream (kernel durations); an "
+                    "event recorded on a stream under capture joins the streams that "
+                    "wait on it to the capture",
+    "event_query": "no count: a completion point: success bounds the kernels before the "
+                   "event's record, *not ready* (not an error) bounds the start of those "
+                   "after it",
+    "stream_query": "no count: a completion point: success bounds the kernels launched on "
+                    "the stream; *not ready* is not an error",
+    "event_destroy": "no count: the event's completion state is forgotten",
+    "event_elapsed": "`gpu_kernel_elapsed_seconds`, when the span between the two events "
+                     "holds exactly one launch (recorded back to back on one stream)",
     "stream_wait": "no count: a stream that waits on a captured event joins the capture",
     "graph_create": "no count: a new, empty graph",
     "graph_add_kernel": "no count: a kernel node of a graph",
@@ -724,7 +805,10 @@ ENTRY_PROGRAMS: Final = tuple(sorted({p.program for p in ALL_PROBES}))
 def cookie(index: int) -> int:
     """The BPF cookie of probe ALL_PROBES[index] (see program.c, COOKIE_*)."""
     p = ALL_PROBES[index]
-    return index | p.arg << 16 | int(p.driver) << 24 | p.pos << 25 | int(p.hip) << 31
+    assert p.pos < 1 << 5, p  # COOKIE_POS: 5 bits
+    return (index | p.arg << 16 | int(p.driver) << 24 | p.pos << 25
+            | int(p.hip) << COOKIE_HIP_SHIFT
+            | int(p.symbol.endswith(PTSZ)) << COOKIE_PTSZ_SHIFT)
 
 
 INDEX: Final = {p.symbol: i for i, p in enumerate(ALL_PROBES)}

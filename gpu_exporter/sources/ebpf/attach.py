@@ -207,6 +207,10 @@ class Mechanism:
             self._fds[name] = self.bpf.load_func(name.encode(), self.bcc.BPF.KPROBE,
                                                  None, self._attach_type()).fd
 
+    def fd(self, name: str) -> int:
+        """The loaded program's file descriptor."""
+        return self._fds[name]
+
     def _attach_type(self) -> int:
         return -1
 

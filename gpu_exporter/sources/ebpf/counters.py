@@ -15,6 +15,7 @@ from typing import Any
 
 from gpu_exporter.sources.ebpf import abi, cuda_errors, hip_errors
 from gpu_exporter.sources.ebpf.graphs import PENDING, Graphs
+from gpu_exporter.sources.ebpf.names import OTHER
 from gpu_exporter.sources.ebpf.reading import CallKey, NvmlView
 from gpu_exporter.sources.ebpf.resolve import Resolver
 
@@ -141,7 +142,8 @@ class Counters:
         device (struct skey.dev); None for what is kept per process (launch shapes)."""
         r = self.resolver
         pid = tgid if self.pid_label else None
-        api = sub & 0xFF if fam in (abi.FAM_LAUNCH, abi.FAM_ALLOC, abi.FAM_DURATION) else (
+        api = sub & 0xFF if fam in (abi.FAM_LAUNCH, abi.FAM_ALLOC, abi.FAM_DURATION,
+                                    abi.FAM_ELAPSED) else (
             abi.API_DRIVER if fam == abi.FAM_ERROR and sub < len(abi.ALL_PROBES)
             and abi.ALL_PROBES[sub].driver else abi.API_RUNTIME)
         device = self.device(tgid, abi.DEV_NONE if dev is None else dev, api, dev is not None)
@@ -149,7 +151,7 @@ class Counters:
             return CallKey(executable=r.executable(tgid),
                            kernel_name=r.kernel_label(tgid, sub, ident),
                            api=abi.API_NAMES.get(sub, "runtime"), pid=pid, device=device)
-        if fam in (abi.FAM_GRID, abi.FAM_BLOCK):
+        if fam in (abi.FAM_GRID, abi.FAM_BLOCK, abi.FAM_WAIT, abi.FAM_WAIT_BOUND):
             return CallKey(executable=r.executable(tgid), pid=pid, device=device)
         if fam == abi.FAM_COPY:
             return CallKey(executable=r.executable(tgid),
@@ -169,8 +171,14 @@ class Counters:
                            error_type=names.get(ident, str(ident)), pid=pid, device=device)
         if fam == abi.FAM_SYNC:
             return CallKey(sync_call=abi.SYNC_NAMES.get(sub, "unknown"), pid=pid, device=device)
-        if fam == abi.FAM_DURATION:
-            return CallKey(kernel_name=r.kernel_label(tgid, sub, ident), pid=pid, device=device)
+        if fam == abi.FAM_ELAPSED:
+            return CallKey(kernel_name=r.kernel_label(tgid, sub & 0xFF, ident), pid=pid,
+                           device=device)
+        if fam == abi.FAM_DURATION:  # sub: api | completion << 8
+            name = (OTHER if ident == abi.DURATION_OTHER_ID
+                    else r.kernel_label(tgid, sub & 0xFF, ident))
+            return CallKey(kernel_name=name, pid=pid, device=device,
+                           completion=abi.COMPLETION_NAMES.get(sub >> 8, "sync_fallback"))
         return CallKey(pid=pid)
 
     def device(self, tgid: int, dev: int, api: int, by_ordinal: bool) -> str | None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpu_exporter.sources.ebpf import abi
+from gpu_exporter.sources.ebpf.durations import Durations
 from gpu_exporter.sources.ebpf.graphs import Graphs
 from gpu_exporter.sources.ebpf.loader import Program, scalar
 from gpu_exporter.sources.ebpf.resolve import Resolver
@@ -42,6 +43,7 @@ class EventLoop:
         self.resolver = resolver
         self.rescan_interval = rescan_interval
         self.polls = Polls()
+        self.durations = Durations()
         self._graph_drops = 0  # graph events lost, as last read out (read_out)
         self._graph_drops_seen = 0  # ... as the last graph record read said (or more)
         self._stop = stop
@@ -97,7 +99,13 @@ class EventLoop:
             # Every record starts as a graph record's does (struct ehead).
             etype, tgid, _, _, lost, _, _ = abi.GRAPH_EVENT.unpack_from(raw)
             self.scans.sight(tgid)
-            if etype in abi.GRAPH_EVENTS:
+            if etype == abi.EV_DURATIONS:
+                self.durations.on_event(self._bpf, raw)
+            elif etype == abi.EV_WAIT:
+                self.durations.on_wait(self._bpf, raw)
+            elif etype == abi.EV_ELAPSED:
+                self.durations.on_elapsed(self._bpf, raw)
+            elif etype in abi.GRAPH_EVENTS:
                 if lost != self._graph_drops_seen & 0xFFFFFFFF:
                     self._graph_events_lost_before(lost)
                 node = self.graphs.on_event(raw)

@@ -98,6 +98,19 @@ def uprobe_programs() -> list[str]:
     return [*abi.ENTRY_PROGRAMS, abi.RETURN_PROGRAM, abi.RETURN_PROGRAM_DRIVER]
 
 
+# The programs the return programs tail-call, in the order of program.c's `tails`.
+TAIL_PROGRAMS: tuple[str, ...] = ("close_groups",)
+
+
+def load_tails(mech: attach.Mechanism) -> None:
+    """The tail-called programs loaded (as uprobe programs: a tail call stays within one
+    program type and attach type) and set in `tails`."""
+    mech.load(TAIL_PROGRAMS)
+    table = mech.bpf["tails"]
+    for i, name in enumerate(TAIL_PROGRAMS):
+        table[ctypes.c_int(i)] = ctypes.c_int(mech.fd(name))
+
+
 def attach_raw_tracepoints(bpf: Any, bcc: Any) -> list[int]:
     """RAW_TRACEPOINTS attached (before any probe, which they clean up after); their fds."""
     from bcc.libbcc import lib
@@ -139,6 +152,7 @@ def check(bcc: Any) -> str:
         mech = attach.mechanism(name, bpf, bcc)
         try:
             mech.load(uprobe_programs())
+            load_tails(mech)
             for _, _, program, _ in TRACEPOINTS:
                 bpf.load_func(program.encode(), bcc.BPF.TRACEPOINT)
             for _, program in RAW_TRACEPOINTS:
@@ -181,6 +195,7 @@ class Program:
         self.mech = attach.mechanism(name, self.bpf, bcc)
         try:
             self.mech.load(uprobe_programs())
+            load_tails(self.mech)
         except Exception as exc:
             raise LoadError(f"BPF program failed to load: {exc}") from exc
         self.tracepoint_fds += attach_raw_tracepoints(self.bpf, bcc)

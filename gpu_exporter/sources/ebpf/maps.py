@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpu_exporter.sources.ebpf import abi
+from gpu_exporter.sources.ebpf import abi, completion
 from gpu_exporter.sources.ebpf.counters import STATS, Counters, Pending, launch_tag, serial
 from gpu_exporter.sources.ebpf.events import Polls
 from gpu_exporter.sources.ebpf.graphs import Graphs
@@ -119,6 +119,8 @@ class MapReader:
         self.attached = attached
         self.hold = HoldBack(counters, graphs, polls)
         self._retired = _Totals()
+        # kernel duration samples counted in user space (durations.py) not kept
+        self.durations_dropped: Callable[[], int] = lambda: 0
         self._read_lock = threading.Lock()
 
     @property
@@ -227,10 +229,8 @@ class MapReader:
         for key, n in folded:
             self._retired.values[key] += n
             totals[key] += n
-        pending = self._bpf["pending"]
+        completion.forget(self._bpf, tgids, self._entries)
         for tgid in tgids:
-            with contextlib.suppress(KeyError):
-                del pending[pending.Key(tgid)]
             self.resolver.forget(tgid)
             self.graphs.forget(tgid)
             self.hold.forget(tgid)
@@ -325,6 +325,7 @@ class MapReader:
             dropped[name] = scalar(table[table.Key(reason)])
         dropped[abi.DROP_GRAPH_NODES] = self.graphs.dropped
         dropped[abi.DROP_NAME_TOO_LONG] = self.resolver.cap.too_long
+        dropped[abi.DROP_NAMES[abi.DROP_STATS_FULL]] += self.durations_dropped()
         return dropped
 
 
@@ -370,6 +371,11 @@ def activity(totals: Totals, dropped: dict[str, int], attached: list[str]) -> Cu
         allocations_bytes=family(abi.FAM_ALLOC, BYTES_BOUNDS_LOG2),
         sync_duration_seconds=family(abi.FAM_SYNC, SECONDS_BOUNDS_LOG2_NS, 1e-9),
         errors=[CallCount(k, n) for k, n in sorted(errors.items(), key=lambda e: order(e[0]))],
+        stream_waits=[CallCount(k, sum(slots.values())) for (f, k), slots in
+                      sorted(hists.items(), key=lambda h: order(h[0][1]))
+                      if f == abi.FAM_WAIT],
+        stream_wait_bound_seconds=family(abi.FAM_WAIT_BOUND, SECONDS_BOUNDS_LOG2_NS, 1e-9),
+        kernel_elapsed_seconds=family(abi.FAM_ELAPSED, SECONDS_BOUNDS_LOG2_NS, 1e-9),
         dropped=dropped,
         attached_libraries=attached,
         kernel_names_overflow=overflow,

@@ -44,9 +44,16 @@ struct frame {
 struct tstate {
     struct frame side[2];
     u32 dev;  // the current device: DEV_NONE (never chosen), DEV_UNKNOWN, or ordinal + 1
-    // This thread's last look at its process: a launch is waiting for a synchronise.
-    // A runtime launch reads its stream (from the stack: a costly read) only when not.
-    u32 pending_hint;
+    // A completion point this thread's call just observed, for close_groups (CLOSE_*):
+    // the groups it completes are closed there, in a tail call.
+    u8 close_mode;
+    u8 close_completion;
+    u8 close_i;  // CLOSE_DEVICE: the next place of the process's stream list
+    u8 pad;
+    u32 close_dev;
+    u64 close_done;
+    u64 close_key;  // the stream key
+    u64 close_serial;  // CLOSE_EVENT: the record's serial
     u8 pushed_dev[CTX_STACK];  // the devices of the contexts pushed over, oldest first
     u32 pushed;  // contexts pushed (cuCtxPushCurrent) and not popped
     u32 tgid;  // the thread's process, kept so that a return needs no helper call for it
@@ -62,14 +69,6 @@ struct ctxkey {
     u64 ctx;
 };
 BPF_HASH(contexts, struct ctxkey, u32, CONTEXTS_MAX);
-
-struct pend {
-    u64 ts;
-    u64 id;
-    u64 stream;
-    u32 api;
-    u32 dev;
-};
 
 // The head of every record on `events`: of a struct event, or a CUDA graph's event alone
 // (abi.EVENT_HEAD, abi.GRAPH_EVENT).
@@ -105,7 +104,7 @@ struct shape {
     u64 block[BLOCK_SLOTS];
     u64 grid_sum;
     u64 block_sum;
-    u64 pending;  // 1 while `pending` holds a launch of this process: saves a lookup
+    u64 unused;
     u32 tgid;  // the process holding the slot; 0 while the slot is free
     u32 pad;
     struct lslot launches[LAUNCH_SLOTS];
@@ -128,7 +127,6 @@ BPF_ARRAY(slots_used, u64, 1);  // slots ever given out, free or not
 // thread's exit frees its index (on_thread_exit), as task-local storage is freed.
 BPF_ARRAY(fast_threads, struct tstate, FAST_THREADS);
 BPF_TASK_STORAGE(threads, struct tstate);
-BPF_HASH(pending, u32, struct pend, PROCS_MAX);
 BPF_ARRAY(drops, u64, DROP_REASONS);
 BPF_RINGBUF_OUTPUT(events, RINGBUF_PAGES);
 
@@ -154,10 +152,11 @@ BPF_ARRAY(graph_state, u64, 3);
 #define COOKIE_ARG(c) (((c) >> 16) & 0xff)
 #define COOKIE_DRIVER(c) (((c) >> 24) & 1)
 #define COOKIE_DRIVER_BIT (1u << 24)
-#define COOKIE_POS(c) (((c) >> 25) & 0x3f)
+#define COOKIE_POS(c) (((c) >> 25) & 0x1f)
 // A HIP entry point (libamdhip64): its api is the CUDA one's + API_HIP (issue #23).
-#define COOKIE_HIP(c) (((c) >> 31) & 1)
-#define COOKIE_HIP_BIT (1u << 31)
+#define COOKIE_HIP(c) (((c) >> COOKIE_HIP_SHIFT) & 1)
+#define COOKIE_HIP_BIT (1u << COOKIE_HIP_SHIFT)
+#define COOKIE_PTSZ_BIT (1u << COOKIE_PTSZ_SHIFT)
 
 static __always_inline void drop(u32 reason) {
     u64 *v = drops.lookup(&reason);
@@ -378,24 +377,430 @@ static __always_inline void shape_add(struct shape *s, u64 grid, u64 block) {
     __sync_fetch_and_add(&s->block_sum, block);
 }
 
-// The first launch of a process after its last synchronise: the one the next
-// synchronising call covers (the kernel duration model).
-static __always_inline void pend(u32 tgid, struct shape *s, u16 api, u64 id, u64 stream,
-                                 u32 dev) {
-    struct pend p = {};
-    p.ts = bpf_ktime_get_ns();
-    p.id = id;
-    p.stream = stream;
-    p.api = api;
-    p.dev = dev;
-    if (pending.insert(&tgid, &p) == -E2BIG) {
-        drop(DROP_PENDING_FULL);
-        return;
-    }
-    s->pending = 1;
+// --- completion points: kernel durations bounded per stream (issue #27) ---------------
+// Every launch joins its stream's open group (launches since the stream's last event
+// record). A record seals the open group: it is complete once that record is (or a
+// later one on the stream). A group is closed, once, by the first completion point seen
+// to cover it: the first successful cudaEventQuery / return of cudaEventSynchronize of a
+// record after it, or a successful cudaStreamQuery of its stream (completion="event"); a
+// stream, device or context synchronise (completion="sync_fallback"). Each launch in the
+// group is then one sample of U = done - max(the group's first launch entry, the latest
+// not-ready answer of a record before the group): a bound on each of its kernels, never
+// below one's execution time (docs/ebpf.md, "Kernel durations"). State is per process
+// and stream; threads of one process racing on one stream may move a launch to the next
+// group (its bound is then taken from that group's first launch).
+struct group {
+    u64 first;  // entry time of its first launch; 0: empty
+    u64 lower;  // the latest not-ready answer of a record before its launches
+    u64 after;  // the serial of the record its launches came after
+    u64 tag[GROUP_KERNELS];  // kernel id | (api + 1) << 48; 0: free
+    u64 n[GROUP_KERNELS];
+    u64 other;  // launches of kernels beyond GROUP_KERNELS (reported as "other")
+};
+
+struct sstate {
+    struct group open;  // launched since the stream's last record
+    // Launched before it, not known complete: one group per record, the newest taking
+    // the next records' groups too when all are in use (complete with the last).
+    struct group sealed[SEALED];
+    u64 sealed_at[SEALED];  // the serial of the record that sealed each last
+    u32 dev;
+    u32 pad;
+};
+
+struct estate {
+    u64 stream;  // the stream key of its last record
+    u64 serial;  // that record's serial (per process)
+    // The last stream that waited on it (cudaStreamWaitEvent), and the serial of that
+    // wait on it: what that stream launched after the wait ran after the event.
+    u64 waiter;
+    u64 waiter_serial;
+    u64 wait_ts;  // entry time of the first wait on it not yet bounded (0: none)
+    // When the span from the stream's record before it (serial `prev`) to it holds one
+    // launch: that launch's tag (cudaEventElapsedTime of the two is that kernel's time).
+    u64 single;
+    u64 prev;
+};
+
+// A process's streams with a state (0: a free place) and its records' serials. A device
+// synchronise closes the groups of every stream listed, and frees them.
+struct plist {
+    u64 serial;
+    u64 stream[PROC_STREAMS];
+};
+
+BPF_HASH(streams, struct gkey, struct sstate, STREAMS_MAX);
+BPF_HASH(cuda_events, struct gkey, struct estate, CUDA_EVENTS_MAX);
+BPF_HASH(proc_streams, u32, struct plist, PROCS_MAX);
+BPF_ARRAY(zero_stream, struct sstate, 1);  // never written: a new state's value
+
+#define STREAM_KEY_LEGACY 1
+
+// What a stream handle names: the legacy default stream (NULL, cudaStreamLegacy), the
+// calling thread's default stream (cudaStreamPerThread, or NULL in a _ptsz call), or a
+// created stream.
+static __always_inline u64 stream_key(u64 stream, u32 cookie) {
+    if (stream == STREAM_PER_THREAD || (stream == 0 && (cookie & COOKIE_PTSZ_BIT)))
+        return PER_THREAD_KEY | (u32)bpf_get_current_pid_tgid();
+    if (stream == 0 || stream == STREAM_LEGACY)
+        return STREAM_KEY_LEGACY;
+    return stream;
 }
 
-// A launch returned success: count it, its shape, and maybe start a duration sample.
+static __always_inline struct sstate *stream_state(u32 tgid, u64 skey, u32 dev, int create) {
+    struct gkey k = {};
+    k.tgid = tgid;
+    k.handle = skey;
+    struct sstate *s = streams.lookup(&k);
+    if (s || !create)
+        return s;
+    struct plist *pl = proc_streams.lookup(&tgid);
+    if (!pl) {
+        u32 z0 = 0;
+        struct sstate *zs = zero_stream.lookup(&z0);
+        if (!zs)
+            return 0;
+        // A struct plist is smaller than a struct sstate: its zeroed bytes serve.
+        proc_streams.insert(&tgid, (struct plist *)zs);
+        pl = proc_streams.lookup(&tgid);
+        if (!pl) {
+            drop(DROP_PENDING_FULL);
+            return 0;
+        }
+    }
+    u32 i;
+    for (i = 0; i < PROC_STREAMS; i++) {
+        if (pl->stream[i] == 0 && __sync_val_compare_and_swap(&pl->stream[i], 0, skey) == 0)
+            break;
+    }
+    if (i >= PROC_STREAMS) {
+        drop(DROP_PENDING_FULL);
+        return 0;
+    }
+    u32 z = 0;
+    struct sstate *zero = zero_stream.lookup(&z);
+    if (!zero)
+        return 0;
+    streams.insert(&k, zero);  // (may exist: another thread of the process made it)
+    s = streams.lookup(&k);
+    if (!s) {
+        pl->stream[i] = 0;
+        drop(DROP_PENDING_FULL);
+        return 0;
+    }
+    s->dev = dev;
+    return s;
+}
+
+// `n` launches of kernel `tag` join group `g`.
+static __always_inline void group_add(struct group *g, u64 tag, u64 n) {
+    for (u32 i = 0; i < GROUP_KERNELS; i++) {
+        u64 held = g->tag[i];
+        if (held == 0)
+            held = __sync_val_compare_and_swap(&g->tag[i], 0, tag) == 0 ? tag : g->tag[i];
+        if (held == tag) {
+            __sync_fetch_and_add(&g->n[i], n);
+            return;
+        }
+    }
+    __sync_fetch_and_add(&g->other, n);
+}
+
+static __always_inline void group_launch(u32 tgid, u16 api, u64 id, u64 stream, u32 cookie,
+                                         u32 dev, u64 ts) {
+    struct sstate *s = stream_state(tgid, stream_key(stream, cookie), dev, 1);
+    if (!s)
+        return;
+    if (s->open.first == 0)
+        __sync_val_compare_and_swap(&s->open.first, 0, ts);
+    group_add(&s->open, (id & DURATION_OTHER_ID) | (u64)(api + 1) << 48, 1);
+}
+
+// A group closed: its kernels' launch counts and its bound, on the `events` ring buffer
+// (EV_DURATIONS), for user space to count in `stats` (durations.py). Counting here would
+// cost the verifier too many paths (up to GROUP_KERNELS + 1 histograms per close); a
+// group closes once per completion point, not per launch.
+struct durations_event {
+    struct ehead head;  // fam: completion; pad: device; id: the bound in ns
+    u64 tag[GROUP_KERNELS];
+    u64 n[GROUP_KERNELS];
+    u64 other;
+};
+
+// Group `g` is complete at `done`: each of its launches one sample of its bound.
+static __always_inline void group_close(u32 tgid, struct group *g, u32 dev, u64 done,
+                                        u32 completion) {
+    u64 first = g->first;
+    if (!first || __sync_val_compare_and_swap(&g->first, first, 0) != first)
+        return;  // empty, or closed by another thread
+    u64 lo = g->lower > first ? g->lower : first;
+    u64 d = done > lo ? done - lo : 0;
+    g->lower = 0;
+    struct durations_event *e = events.ringbuf_reserve(sizeof(struct durations_event));
+    for (u32 i = 0; i < GROUP_KERNELS; i++) {
+        u64 tag = g->tag[i];
+        u64 n = __sync_fetch_and_and(&g->n[i], 0);
+        g->tag[i] = 0;
+        if (e) {
+            e->tag[i] = tag;
+            e->n[i] = n;
+        }
+    }
+    u64 other = __sync_fetch_and_and(&g->other, 0);
+    if (!e) {
+        drop(DROP_EVENTS_FULL);
+        return;
+    }
+    e->other = other;
+    e->head.type = EV_DURATIONS;
+    e->head.tgid = tgid;
+    e->head.fam = completion;
+    e->head.sub = 0;
+    e->head.pad = dev;
+    e->head.id = d;
+    e->head.target = 0;
+    events.ringbuf_submit(e, 0);
+}
+
+// `from`'s launches are `into`'s too (a record sealing more work before one not yet known
+// complete: both complete with the later record).
+static __always_inline void group_merge(struct group *into, struct group *from) {
+    u64 first = from->first;
+    if (!first)
+        return;
+    if (!into->first) {  // moved whole: its lower bound and record with it
+        *into = *from;
+        __builtin_memset(from, 0, sizeof(*from));
+        return;
+    }
+    if (first < into->first)
+        into->first = first;
+    for (u32 i = 0; i < GROUP_KERNELS; i++) {
+        u64 tag = from->tag[i];
+        u64 n = from->n[i];
+        if (tag && n)
+            group_add(into, tag, n);
+    }
+    if (from->other)
+        __sync_fetch_and_add(&into->other, from->other);
+    __builtin_memset(from, 0, sizeof(*from));
+}
+
+static __always_inline void raise_lower(struct group *g, u64 t) {
+    if (g->first && g->lower < t)
+        g->lower = t;
+}
+
+// A boundary on stream state `s` (a record, a wait): its open group sealed, and what is
+// launched after it comes after `serial`.
+static __always_inline void seal(struct sstate *s, u64 serial) {
+    if (s->open.first) {
+        u32 into = SEALED, newest = 0;
+        u64 newest_at = 0;
+        for (u32 i = 0; i < SEALED; i++) {
+            if (!s->sealed[i].first) {
+                if (into == SEALED)
+                    into = i;
+            } else if (s->sealed_at[i] >= newest_at) {
+                newest_at = s->sealed_at[i];
+                newest = i;
+            }
+        }
+        if (into >= SEALED)
+            into = newest < SEALED ? newest : 0;
+        if (into < SEALED) {
+            group_merge(&s->sealed[into], &s->open);
+            s->sealed_at[into] = serial;
+        }
+    }
+    s->open.after = serial;
+}
+
+// cudaEventRecord(event, stream) and the like returned success.
+static __always_inline void event_recorded(u32 tgid, u64 event, u64 stream, u32 cookie,
+                                           u32 dev) {
+    struct gkey ek = {};
+    ek.tgid = tgid;
+    ek.handle = event;
+    u64 skey = stream_key(stream, cookie);
+    // (made when the stream has none: the record is where a timed span starts)
+    struct sstate *s = stream_state(tgid, skey, dev, 1);
+    struct plist *pl = proc_streams.lookup(&tgid);
+    if (!s || !pl) {  // not kept (counted): the event's old state is not its own now
+        cuda_events.delete(&ek);
+        return;
+    }
+    u64 serial = __sync_fetch_and_add(&pl->serial, 1) + 1;
+    struct estate e = {};
+    // One launch since the record before it (and no wait between): a one-kernel span.
+    if (s->open.first && s->open.after && !s->open.other) {
+        u64 n = 0, tag = 0;
+        for (u32 i = 0; i < GROUP_KERNELS; i++) {
+            n += s->open.n[i];
+            if (s->open.n[i])
+                tag = s->open.tag[i];
+        }
+        if (n == 1) {
+            e.single = tag;
+            e.prev = s->open.after;
+        }
+    }
+    seal(s, serial);
+    e.stream = skey;
+    e.serial = serial;
+    if (cuda_events.update(&ek, &e) != 0)
+        drop(DROP_EVENT_MAP_FULL);
+}
+
+// cudaStreamWaitEvent(stream, event, flags) and the like returned success: an edge from
+// the event's stream to `stream`. What `stream` launches after it runs after the event
+// (the event's not-ready answers bound its start), not what it launched before.
+static __always_inline void stream_waited(u32 tgid, u64 stream, u64 event, u32 cookie,
+                                          u32 dev, u64 ts) {
+    struct gkey ek = {};
+    ek.tgid = tgid;
+    ek.handle = event;
+    struct estate *e = cuda_events.lookup(&ek);
+    if (!e)
+        return;  // an event not followed: nothing bounds the wait (the bound keeps it)
+    u64 skey = stream_key(stream, cookie);
+    struct sstate *s = stream_state(tgid, skey, dev, 1);
+    struct plist *pl = proc_streams.lookup(&tgid);
+    if (!s || !pl)
+        return;
+    u64 serial = __sync_fetch_and_add(&pl->serial, 1) + 1;
+    seal(s, serial);
+    e->waiter = skey;
+    e->waiter_serial = serial;
+    if (!e->wait_ts)
+        e->wait_ts = ts;
+}
+
+// A stream wait (EV_WAIT, counted in user space: gpu_stream_waits_total): `bound` is the
+// upper bound on the time it held its stream (from the wait call to the first completion
+// seen of the event it waited on), 0 when nothing bounds it.
+static __always_inline void wait_event(u32 tgid, u32 dev, u64 bound, u16 bounded) {
+    struct ehead *e = event_start(sizeof(struct ehead), DROP_EVENTS_FULL, EV_WAIT, tgid,
+                                  bounded, 0, bound, 0);
+    if (!e)
+        return;
+    e->pad = dev;
+    events.ringbuf_submit(e, 0);
+}
+
+// What a completion point completes is closed by close_groups, tail-called by the
+// return program once the call is counted: the return program would be too large for the
+// verifier with it (each close counts up to GROUP_KERNELS + 1 histograms).
+#define CLOSE_EVENT 1  // the sealed group of stream close_key, if sealed by close_serial
+#define CLOSE_STREAM 2  // both groups of stream close_key
+#define CLOSE_DEVICE 3  // every stream of the process on device close_dev
+BPF_PROG_ARRAY(tails, 1);  // [0]: close_groups (loaded and set by loader.load_tails)
+
+static __always_inline void close_later(struct tstate *t, u8 mode, u64 key, u64 serial,
+                                        u32 dev, u64 done, u32 completion) {
+    t->close_mode = mode;
+    t->close_key = key;
+    t->close_serial = serial;
+    t->close_dev = dev;
+    t->close_done = done;
+    t->close_completion = completion;
+    t->close_i = 0;
+}
+
+// The event's record is complete at `done`: so is the sealed group, if sealed by it or
+// by an earlier record on its stream.
+static __always_inline void event_done(struct tstate *t, u32 tgid, u64 event, u64 done,
+                                       u32 completion) {
+    struct gkey k = {};
+    k.tgid = tgid;
+    k.handle = event;
+    struct estate *e = cuda_events.lookup(&k);
+    if (!e)  // never recorded, or recorded where nothing was pending
+        return;
+    close_later(t, CLOSE_EVENT, e->stream, e->serial, 0, done, completion);
+    u64 w = e->wait_ts;
+    if (w && __sync_val_compare_and_swap(&e->wait_ts, w, 0) == w)
+        wait_event(tgid, t->dev, done > w ? done - w : 0, 1);
+}
+
+// What was launched on a stream after boundary `serial` started after `t`.
+static __always_inline void raise_after(u32 tgid, u64 skey, u64 serial, u64 t) {
+    struct gkey k = {};
+    k.tgid = tgid;
+    k.handle = skey;
+    struct sstate *s = streams.lookup(&k);
+    if (!s)
+        return;
+    for (u32 i = 0; i < SEALED; i++)
+        if (s->sealed[i].after >= serial)
+            raise_lower(&s->sealed[i], t);
+    if (s->open.after >= serial)
+        raise_lower(&s->open, t);
+}
+
+// The event's record was not complete at `t`: what was launched on its stream after it,
+// and on the stream that last waited on it after that wait, started after `t`.
+static __always_inline void event_not_ready(u32 tgid, u64 event, u64 t) {
+    struct gkey k = {};
+    k.tgid = tgid;
+    k.handle = event;
+    struct estate *e = cuda_events.lookup(&k);
+    if (!e)
+        return;
+    u64 waiter = e->waiter, waiter_serial = e->waiter_serial;
+    raise_after(tgid, e->stream, e->serial, t);
+    if (waiter)
+        raise_after(tgid, waiter, waiter_serial, t);
+}
+
+// cudaEventElapsedTime(ms, start, end) succeeded: when `end` was recorded right after one
+// launch that followed `start`'s record on the same stream, the time is that kernel's
+// (EV_ELAPSED; the float's bits go to user space as they are).
+static __always_inline void elapsed(u32 tgid, u32 dev, u64 ms_ptr, u64 start, u64 end) {
+    struct gkey k = {};
+    k.tgid = tgid;
+    k.handle = end;
+    struct estate *e = cuda_events.lookup(&k);
+    if (!e || !e->single)
+        return;
+    u64 single = e->single, prev = e->prev, stream = e->stream;
+    k.handle = start;
+    struct estate *s = cuda_events.lookup(&k);
+    if (!s || s->serial != prev || s->stream != stream)
+        return;
+    u32 bits = 0;
+    bpf_probe_read_user(&bits, sizeof(bits), (void *)ms_ptr);
+    struct ehead *h = event_start(sizeof(struct ehead), DROP_EVENTS_FULL, EV_ELAPSED, tgid,
+                                  (u16)((single >> 48) - 1), 0, single & DURATION_OTHER_ID,
+                                  bits);
+    if (!h)
+        return;
+    h->pad = dev;
+    events.ringbuf_submit(h, 0);
+}
+
+static __always_inline void event_forget(u32 tgid, u64 event) {
+    struct gkey k = {};
+    k.tgid = tgid;
+    k.handle = event;
+    cuda_events.delete(&k);
+}
+
+// A synchronising call returned at `now`.
+static __always_inline void synced(struct tstate *t, u32 tgid, u32 call, u64 arg,
+                                   u32 cookie, u32 dev, u64 now) {
+    // (HIP's events are not recorded by any probe yet: hipEventSynchronize finds none.)
+    if (call == SYNC_CUDA_EVENT || call == SYNC_CU_EVENT || call == SYNC_HIP_EVENT)
+        event_done(t, tgid, arg, now, COMPLETION_EVENT);
+    else if (call == SYNC_CUDA_STREAM || call == SYNC_CU_STREAM || call == SYNC_HIP_STREAM)
+        close_later(t, CLOSE_STREAM, stream_key(arg, cookie), 0, 0, now,
+                    COMPLETION_SYNC_FALLBACK);
+    else
+        close_later(t, CLOSE_DEVICE, 0, 0, dev, now, COMPLETION_SYNC_FALLBACK);
+}
+// --- end of completion points ---------------------------------------------------------
+
+// A launch returned success: count it in its process's slots or in `stats`.
 static __always_inline void count_launch(u32 tgid, struct shape *s, u16 api, u64 id,
                                          u32 dev) {
     u64 tag = id | (u64)api << 48 | (u64)dev << 56;
@@ -419,7 +824,8 @@ static __always_inline void count_launch(u32 tgid, struct shape *s, u16 api, u64
 
 // A launch returned success: count it, its shape, and maybe start a duration sample.
 static __always_inline void launched(u32 tgid, u16 api, u64 id, u64 grid, u64 block,
-                                     u64 stream, u32 dev, struct tstate *t) {
+                                     struct frame *f, u32 dev, struct tstate *t) {
+    group_launch(tgid, api, id, f->d, f->cookie, dev, f->ts);
     struct shape *s = shape_of(t, tgid, 1);
     if (!s) {
         add(tgid, FAM_LAUNCH, api, id, 0, dev, 1);
@@ -428,31 +834,6 @@ static __always_inline void launched(u32 tgid, u16 api, u64 id, u64 grid, u64 bl
     count_launch(tgid, s, api, id, dev);
     if (api != API_GRAPH && api != API_HIP_GRAPH)
         shape_add(s, grid, block);
-    if (s->pending == 0)
-        pend(tgid, s, api, id, stream, dev);
-    t->pending_hint = 1;
-}
-
-// A synchronising call returned: it covered the oldest launch not yet covered (a stream
-// sync only when that launch went to the same stream or to the legacy default stream).
-static __always_inline void synced(struct tstate *t, u32 tgid, u32 call, u64 stream,
-                                   u64 now) {
-    struct pend *p = pending.lookup(&tgid);
-    if (!p)
-        return;
-    if ((call == SYNC_CUDA_STREAM || call == SYNC_CU_STREAM || call == SYNC_HIP_STREAM) &&
-        stream != 0 &&
-        p->stream != 0 && p->stream != stream)
-        return;
-    u64 d = now > p->ts ? now - p->ts : 0;
-    u64 id = p->id;
-    u16 api = p->api;
-    u32 dev = p->dev;
-    pending.delete(&tgid);
-    struct shape *s = shape_of(t, tgid, 0);
-    if (s)
-        s->pending = 0;
-    hist(tgid, FAM_DURATION, api, id, dev, d);
 }
 
 // --- frames ----------------------------------------------------------------------------
@@ -623,6 +1004,13 @@ static __always_inline void finish(struct pt_regs *ctx, u32 tgid, struct frame *
         send_event(tgid, EV_HANDLE_NAME, 0, 0, f->b, 0, f->c);
         return;
     }
+    if (rc == CUDA_NOT_READY && (f->op == OP_EVENT_QUERY || f->op == OP_STREAM_QUERY)) {
+        // An answer, not an error: the work before the completion point was not done
+        // when the call began.
+        if (f->counted && f->op == OP_EVENT_QUERY)
+            event_not_ready(tgid, f->a, f->ts);
+        return;
+    }
     if (rc != 0) {
         // Which call failed: the return probe carries the same cookie as the entry's
         // (read here, not on every launch).
@@ -636,7 +1024,7 @@ static __always_inline void finish(struct pt_regs *ctx, u32 tgid, struct frame *
             break;
         if (captured(tgid, api, f->a, f->d))
             break;
-        launched(tgid, api, f->a, f->b, f->c, f->d, dev, t);
+        launched(tgid, api, f->a, f->b, f->c, f, dev, t);
         break;
     case OP_GRAPH_LAUNCH: {
         // A graph launched into a capture becomes a node of that graph: not run here.
@@ -647,7 +1035,7 @@ static __always_inline void finish(struct pt_regs *ctx, u32 tgid, struct frame *
         k.handle = f->a;
         u64 *serial = execs.lookup(&k);
         launched(tgid, COOKIE_HIP(f->cookie) ? API_HIP_GRAPH : API_GRAPH,
-                 serial ? *serial | GRAPH_SERIAL_BIT : f->a, 0, 0, f->d, dev, t);
+                 serial ? *serial | GRAPH_SERIAL_BIT : f->a, 0, 0, f, dev, t);
         break;
     }
     case OP_COPY:
@@ -667,8 +1055,7 @@ static __always_inline void finish(struct pt_regs *ctx, u32 tgid, struct frame *
         u64 now = bpf_ktime_get_ns();
         if (f->counted) {
             hist(tgid, FAM_SYNC, COOKIE_ARG(f->cookie), 0, dev, now > f->ts ? now - f->ts : 0);
-            synced(t, tgid, COOKIE_ARG(f->cookie), f->d, now);
-            t->pending_hint = 0;
+            synced(t, tgid, COOKIE_ARG(f->cookie), f->d, f->cookie, dev, now);
         }
         break;
     }
@@ -747,8 +1134,11 @@ static __always_inline void finish(struct pt_regs *ctx, u32 tgid, struct frame *
         break;
     case OP_EVENT_RECORD: {  // (event, stream[, flags])
         u64 c = f->counted ? capture_of(tgid, f->b) : 0;
-        if (!c)
+        if (!c) {
+            if (f->counted)
+                event_recorded(tgid, f->a, f->b, f->cookie, dev);
             break;
+        }
         struct gkey k = {};
         k.tgid = tgid;
         k.handle = f->a;
@@ -757,6 +1147,10 @@ static __always_inline void finish(struct pt_regs *ctx, u32 tgid, struct frame *
         break;
     }
     case OP_STREAM_WAIT: {  // (stream, event, flags): joins the event's capture
+        if (f->counted && !capture_of(tgid, f->a)) {
+            wait_event(tgid, dev, 0, 0);  // counted, whether anything bounds it or not
+            stream_waited(tgid, f->a, f->b, f->cookie, dev, f->ts);
+        }
         if (!f->counted || !captures_open())
             break;
         struct gkey k = {};
@@ -776,6 +1170,23 @@ static __always_inline void finish(struct pt_regs *ctx, u32 tgid, struct frame *
             drop(DROP_GRAPHS_FULL);
         break;
     }
+    case OP_EVENT_QUERY:  // (event): ready
+        if (f->counted)
+            event_done(t, tgid, f->a, bpf_ktime_get_ns(), COMPLETION_EVENT);
+        break;
+    case OP_STREAM_QUERY:  // (stream): idle
+        if (f->counted)
+            close_later(t, CLOSE_STREAM, stream_key(f->a, f->cookie), 0, 0,
+                        bpf_ktime_get_ns(), COMPLETION_EVENT);
+        break;
+    case OP_EVENT_DESTROY:  // (event)
+        if (f->counted)
+            event_forget(tgid, f->a);
+        break;
+    case OP_EVENT_ELAPSED:  // (float *ms, start, end): a one-launch span's exact time
+        if (f->counted)
+            elapsed(tgid, dev, f->a, f->b, f->c);
+        break;
     case OP_GRAPH_CREATE:  // (cudaGraph_t *pGraph, flags)
         if (f->counted)
             graph_event(tgid, EV_GRAPH_CREATE, 0, read_u64(f->a), 0);
@@ -869,6 +1280,10 @@ static __always_inline int returned(struct pt_regs *ctx, int side) {
     return 0;
 #endif
     finish(ctx, t->tgid, f, t);
+    if (t->close_mode) {
+        tails.call(ctx, 0);  // close_groups
+        t->close_mode = 0;  // (not loaded: `tails` empty)
+    }
     return 0;
 }
 
@@ -878,6 +1293,100 @@ int on_return(struct pt_regs *ctx) {
 
 int on_return_drv(struct pt_regs *ctx) {
     return returned(ctx, 1);
+}
+
+// --- completion points (issue #27): the return programs' tail call ------------
+// The tail of a return program whose call observed a completion point (close_later):
+// one group closed a call (one place in the program that closes, so that the verifier
+// walks it once), the next in a tail call: a stream's SEALED sealed groups, then its open
+// one. A device synchronise walks the process's stream list: (SEALED + 1) *
+// PROC_STREAMS calls at most, within the kernel's 33 tail calls. A stream whose groups
+// are all closed by a stream completion (one step more) or a device synchronise is
+// freed.
+#define GROUPS (SEALED + 1)
+// A place of the process's stream list whose stream a device synchronise has walked:
+// freed if the stream's groups are all closed (not another device's).
+static __always_inline void free_place(struct plist *pl, u32 place, u32 tgid, u32 dev) {
+    u64 skey = pl->stream[place & (PROC_STREAMS - 1)];
+    if (!skey)
+        return;
+    struct gkey k = {};
+    k.tgid = tgid;
+    k.handle = skey;
+    struct sstate *s = streams.lookup(&k);
+    if (s) {
+        if (s->dev != dev || s->open.first)
+            return;
+        for (u32 i = 0; i < SEALED; i++)
+            if (s->sealed[i].first)
+                return;
+        streams.delete(&k);
+    }
+    pl->stream[place & (PROC_STREAMS - 1)] = 0;
+}
+
+int close_groups(struct pt_regs *ctx) {
+    struct tstate *t = thread_state(ctx, 0);
+    if (!t || !t->close_mode)
+        return 0;
+    u8 mode = t->close_mode;
+    u32 tgid = t->tgid;
+    u32 step = t->close_i;
+    t->close_i = step + 1;
+    u32 gi = step % GROUPS;  // the group: sealed[gi], or open (gi == SEALED)
+    struct gkey k = {};
+    k.tgid = tgid;
+    k.handle = t->close_key;
+    // Everything but the close first, so that nothing else is alive through it (the
+    // verifier's paths through the close would multiply by what is).
+    if (mode == CLOSE_DEVICE) {
+        u32 place = step / GROUPS;
+        struct plist *pl = proc_streams.lookup(&tgid);
+        if (!pl)
+            goto stop;
+        if (gi == 0 && place > 0 && place <= PROC_STREAMS)
+            free_place(pl, place - 1, tgid, t->close_dev);  // the one walked before
+        if (place >= PROC_STREAMS)
+            goto stop;
+        k.handle = pl->stream[place & (PROC_STREAMS - 1)];
+        if (!k.handle) {  // an empty place: the next one
+            t->close_i = (place + 1) * GROUPS;
+            goto next;
+        }
+    } else if (mode == CLOSE_STREAM && step == GROUPS) {
+        // A step of its own: the stream's groups are all closed, its state freed.
+        streams.delete(&k);
+        struct plist *pl = proc_streams.lookup(&tgid);
+        if (pl)
+            for (u32 i = 0; i < PROC_STREAMS; i++)
+                if (pl->stream[i] == k.handle)
+                    pl->stream[i] = 0;
+        goto stop;
+    } else if (mode == CLOSE_EVENT && gi == SEALED - 1) {
+        t->close_mode = 0;  // the last step
+    }
+    struct sstate *s = streams.lookup(&k);
+    if (!s)
+        goto next;
+    if (mode == CLOSE_DEVICE && s->dev != t->close_dev) {
+        t->close_i = (step / GROUPS + 1) * GROUPS;  // another device's: stays
+        goto next;
+    }
+    struct group *g = &s->open;
+    if (gi < SEALED) {
+        g = &s->sealed[gi];
+        // An event's record completes the groups sealed by it or before it, only.
+        if (mode == CLOSE_EVENT && s->sealed_at[gi] > t->close_serial)
+            goto next;
+    }
+    group_close(tgid, g, s->dev, t->close_done, t->close_completion);
+next:
+    if (!t->close_mode)
+        return 0;
+    tails.call(ctx, 0);
+stop:
+    t->close_mode = 0;  // (or the tail call limit reached: the rest stay for the next)
+    return 0;
 }
 
 // --- entry programs --------------------------------------------------------------------
@@ -916,12 +1425,17 @@ static __always_inline u64 dim3_count(u64 xy, u64 z) {
 //                  size_t sharedMem, cudaStream_t stream): a 12-byte dim3 by value is two
 // INTEGER eightbytes: x|y<<32 in one register, z in the next. 7th and 8th words on the
 // stack. Also cudaLaunchCooperativeKernel and the _ptsz variants.
+// The launch's entry time (f->ts) bounds its kernel's start: a kernel may start before
+// its launch call returns.
 ENTRY(rt_launch, OP_LAUNCH, 0) {
+    f->ts = bpf_ktime_get_ns();
     f->a = PT_REGS_PARM1(ctx);
     f->b = dim3_count(PT_REGS_PARM2(ctx), PT_REGS_PARM3(ctx));
     f->c = dim3_count(PT_REGS_PARM4(ctx), PT_REGS_PARM5(ctx));
-    f->d = t->pending_hint && !captures_open() ? 0 : stack_arg(ctx, RT_LAUNCH_STREAM_STACK_SLOT);
+    f->d = stack_arg(ctx, RT_LAUNCH_STREAM_STACK_SLOT);
 }
+// The _ptsz launches: a NULL stream is the thread's default stream (the cookie says so).
+ENTRY_FILLED(rt_launch_ptsz, OP_LAUNCH, 0, COOKIE_PTSZ_BIT, rt_launch_fill)
 
 // cudaLaunchKernelExC(const cudaLaunchConfig_t *config, const void *func, void **args),
 // cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **params, void **extra):
@@ -935,6 +1449,7 @@ struct launch_cfg {
 
 ENTRY(launch_ex, OP_LAUNCH, PROBE_COOKIE) {
     struct launch_cfg c = {};
+    f->ts = bpf_ktime_get_ns();
     bpf_probe_read_user(&c, sizeof(c), (void *)PT_REGS_PARM1(ctx) + LCFG_GRID_OFF);
     f->a = PT_REGS_PARM2(ctx);
     f->b = (u64)c.dims[0] * c.dims[1] * c.dims[2];
@@ -947,6 +1462,7 @@ ENTRY(launch_ex, OP_LAUNCH, PROBE_COOKIE) {
 // the stack (read in one go). Also cuLaunchCooperativeKernel.
 ENTRY(drv_launch, OP_LAUNCH, COOKIE_DRIVER_BIT) {
     u64 stack[3] = {};
+    f->ts = bpf_ktime_get_ns();
     bpf_probe_read_user(&stack, sizeof(stack),
                         (void *)PT_REGS_SP(ctx) + 8 * CU_LAUNCH_BZ_STACK_SLOT);
     f->a = PT_REGS_PARM1(ctx);
@@ -956,9 +1472,12 @@ ENTRY(drv_launch, OP_LAUNCH, COOKIE_DRIVER_BIT) {
            (stack[0] & 0xffffffff);
     f->d = stack[CU_LAUNCH_STREAM_STACK_SLOT - CU_LAUNCH_BZ_STACK_SLOT];
 }
+ENTRY_FILLED(drv_launch_ptsz, OP_LAUNCH, 0, COOKIE_DRIVER_BIT | COOKIE_PTSZ_BIT,
+             drv_launch_fill)
 
 // cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream), cuGraphLaunch likewise
 ENTRY(graph_launch, OP_GRAPH_LAUNCH, PROBE_COOKIE) {
+    f->ts = bpf_ktime_get_ns();
     f->a = PT_REGS_PARM1(ctx);
     f->d = PT_REGS_PARM2(ctx);
 }
@@ -1127,8 +1646,31 @@ KEEP_ARGS(device_pci, OP_DEVICE_PCI)
 KEEP_ARGS(capture_begin, OP_CAPTURE_BEGIN)
 KEEP_ARGS(capture_end, OP_CAPTURE_END)
 KEEP_ARGS(event_record, OP_EVENT_RECORD)
-KEEP_ARGS(stream_wait, OP_STREAM_WAIT)
+// (and its entry time: a wait's bound starts there)
+static __always_inline void keep_args_ts(struct pt_regs *ctx, struct frame *f,
+                                         struct tstate *t) {
+    keep_args(ctx, f, t);
+    f->ts = bpf_ktime_get_ns();
+}
+ENTRY_FILLED(stream_wait, OP_STREAM_WAIT, 1, PROBE_COOKIE, keep_args_ts)
 KEEP_ARGS(graph_create, OP_GRAPH_CREATE)
+// Completion points (issue #27): the call's handle, and its entry time (a not-ready
+// answer says the work was not done when the call began).
+ENTRY(event_query, OP_EVENT_QUERY, PROBE_COOKIE) {
+    f->ts = bpf_ktime_get_ns();
+    f->a = PT_REGS_PARM1(ctx);
+}
+ENTRY(stream_query, OP_STREAM_QUERY, PROBE_COOKIE) {
+    f->a = PT_REGS_PARM1(ctx);
+}
+ENTRY(event_destroy, OP_EVENT_DESTROY, PROBE_COOKIE) {
+    f->a = PT_REGS_PARM1(ctx);
+}
+ENTRY(event_elapsed, OP_EVENT_ELAPSED, PROBE_COOKIE) {
+    f->a = PT_REGS_PARM1(ctx);
+    f->b = PT_REGS_PARM2(ctx);
+    f->c = PT_REGS_PARM3(ctx);
+}
 KEEP_ARGS(graph_add_kernel, OP_GRAPH_ADD_KERNEL)
 KEEP_ARGS(graph_add_child, OP_GRAPH_ADD_KERNEL)
 KEEP_ARGS(graph_clone, OP_GRAPH_CLONE)

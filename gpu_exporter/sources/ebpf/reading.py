@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
-from gpu_exporter.sources.ebpf.abi import CudaApi, MemoryType
+from gpu_exporter.sources.ebpf.abi import Completion, CudaApi, MemoryType
 
 # Fixed bucket bounds. The BPF side keeps log2 slots (slot s holds values in
 # (2^(s-1), 2^s]); every bound below is a power of two, so the cumulative counts are exact.
@@ -72,6 +72,8 @@ class CallKey(NamedTuple):
     error_type: str = ""  # errors: the code's name (cudaErrorNoDevice), or its number
     pid: int | None = None  # only with --ebpf.pid-label
     device: str | None = None  # the device's key (GPU or MIG UUID), when certain
+    # kernel durations: what bounded the kernel's completion (docs/ebpf.md)
+    completion: Completion | Literal[""] = ""
 
 
 def order(key: CallKey) -> tuple[tuple[int, str | int], ...]:
@@ -106,3 +108,9 @@ class CudaActivity:
     dropped: Mapping[str, int]  # reason -> events lost since start
     attached_libraries: Sequence[str]  # paths as the first process seen mapping them saw
     kernel_names_overflow: int  # launches reported as cuda_kernel_name="other"
+    # (issue #27) successful cudaStreamWaitEvent calls; the bound on the time each held
+    # its stream, where the awaited event's completion was seen
+    stream_waits: Sequence[CallCount] = ()
+    stream_wait_bound_seconds: Sequence[CallHistogram] = ()
+    # cudaEventElapsedTime of spans holding one launch: that kernel's exact time
+    kernel_elapsed_seconds: Sequence[CallHistogram] = ()

@@ -399,6 +399,31 @@ CUresult cuCtxSynchronize(void);
 CUresult cuCtxSynchronize_v2(CUcontext ctx); /* CUDA 13.0: a given context */
 CUresult cuEventSynchronize(void *hEvent);
 
+/* Completion points (issue #27): events, stream queries, a simulated GPU clock. */
+CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags);
+CUresult cuEventQuery(CUevent hEvent);
+CUresult cuEventDestroy_v2(CUevent hEvent);
+CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd);
+CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags);
+CUresult cuStreamQuery(CUstream hStream);
+/* Not CUDA's: the simulated GPU time of each launch of `function` (a CUfunction, or a
+ * runtime launch's host function), in nanoseconds; 0 (the default): done at once. */
+void fake_kernel_duration(const void *function, unsigned long long ns);
+cudaError_t cudaEventCreate(cudaEvent_t *event);
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags);
+cudaError_t cudaEventQuery(cudaEvent_t event);
+cudaError_t cudaEventDestroy(cudaEvent_t event);
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end);
+cudaError_t cudaStreamCreate(cudaStream_t *stream);
+cudaError_t cudaStreamQuery(cudaStream_t stream);
+#define cudaStreamLegacy ((cudaStream_t)0x1)
+#define cudaStreamPerThread ((cudaStream_t)0x2)
+#define cudaErrorNotReady 600
+/* nvcc --default-stream per-thread: the same calls, a NULL stream the thread's own. */
+cudaError_t cudaLaunchKernel_ptsz(const void *func, dim3 gridDim, dim3 blockDim, void **args,
+                                  size_t sharedMem, cudaStream_t stream);
+cudaError_t cudaStreamSynchronize_ptsz(cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -20,6 +20,110 @@ static void block_a_while(void) {
   nanosleep(&t, NULL);
 }
 
+
+/* A simulated GPU clock (issue #27): each launch of a kernel runs for the GPU time set by
+ * fake_kernel_duration (0 by default: done at once); a stream runs its work in order; an
+ * event completes when the work recorded on its stream before it does; a stream that
+ * waits on an event runs its later work after that event completes. The legacy stream
+ * (NULL, 0x1) is one stream; the per-thread default stream (0x2) is one per thread.
+ * Times are CLOCK_MONOTONIC, bpf_ktime_get_ns's clock. */
+#define SIM_MAX 4096
+static struct { const void *fn; unsigned long long ns; } sim_kernels[SIM_MAX];
+static struct { CUstream s; unsigned long long busy; } sim_streams[SIM_MAX];
+static struct { CUevent e; unsigned long long done; } sim_events[SIM_MAX];
+static __thread unsigned long long sim_per_thread_busy;
+static pthread_mutex_t sim_lock = PTHREAD_MUTEX_INITIALIZER;
+#define CUDA_ERROR_NOT_READY 600
+
+static unsigned long long sim_now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (unsigned long long)t.tv_sec * 1000000000ULL + (unsigned long long)t.tv_nsec;
+}
+static void sim_sleep_until(unsigned long long when) {
+  for (unsigned long long now = sim_now(); now < when; now = sim_now()) {
+    struct timespec t = {(time_t)((when - now) / 1000000000ULL),
+                         (long)((when - now) % 1000000000ULL)};
+    nanosleep(&t, NULL);
+  }
+}
+void fake_kernel_duration(const void *function, unsigned long long ns) {
+  pthread_mutex_lock(&sim_lock);
+  int i = 0;
+  while (i < SIM_MAX - 1 && sim_kernels[i].fn && sim_kernels[i].fn != function) i++;
+  sim_kernels[i].fn = function;
+  sim_kernels[i].ns = ns;
+  pthread_mutex_unlock(&sim_lock);
+}
+/* The stream's "busy until" (under sim_lock). */
+static unsigned long long *sim_busy(CUstream s) {
+  if (s == (CUstream)0x2) return &sim_per_thread_busy;
+  if (s == NULL) s = (CUstream)0x1; /* the legacy stream */
+  int i = 0;
+  while (i < SIM_MAX - 1 && sim_streams[i].s && sim_streams[i].s != s) i++;
+  sim_streams[i].s = s;
+  return &sim_streams[i].busy;
+}
+static unsigned long long *sim_event(CUevent e) {
+  int i = 0;
+  while (i < SIM_MAX - 1 && sim_events[i].e && sim_events[i].e != e) i++;
+  sim_events[i].e = e;
+  return &sim_events[i].done;
+}
+static void sim_launch(CUstream s, const void *f) {
+  pthread_mutex_lock(&sim_lock);
+  unsigned long long ns = 0;
+  for (int i = 0; i < SIM_MAX && sim_kernels[i].fn; i++)
+    if (sim_kernels[i].fn == f) ns = sim_kernels[i].ns;
+  unsigned long long *busy = sim_busy(s), now = sim_now();
+  *busy = (*busy > now ? *busy : now) + ns;
+  pthread_mutex_unlock(&sim_lock);
+}
+static unsigned long long sim_stream_done(CUstream s) {
+  pthread_mutex_lock(&sim_lock);
+  unsigned long long done = *sim_busy(s);
+  pthread_mutex_unlock(&sim_lock);
+  return done;
+}
+static unsigned long long sim_all_done(void) {
+  pthread_mutex_lock(&sim_lock);
+  unsigned long long done = sim_per_thread_busy;
+  for (int i = 0; i < SIM_MAX && sim_streams[i].s; i++)
+    if (sim_streams[i].busy > done) done = sim_streams[i].busy;
+  pthread_mutex_unlock(&sim_lock);
+  return done;
+}
+CUresult cuEventCreate(CUevent *e, unsigned int flags) {
+  FAIL_IF("cuEventCreate"); (void)flags; *e = (CUevent)malloc(8); return 0; }
+CUresult cuEventDestroy_v2(CUevent e) {
+  FAIL_IF("cuEventDestroy_v2");
+  pthread_mutex_lock(&sim_lock);
+  *sim_event(e) = 0;
+  pthread_mutex_unlock(&sim_lock);
+  return 0;
+}
+CUresult cuEventQuery(CUevent e) {
+  FAIL_IF("cuEventQuery");
+  pthread_mutex_lock(&sim_lock);
+  unsigned long long done = *sim_event(e);
+  pthread_mutex_unlock(&sim_lock);
+  return sim_now() >= done ? 0 : CUDA_ERROR_NOT_READY;
+}
+CUresult cuEventElapsedTime(float *ms, CUevent start, CUevent end) {
+  FAIL_IF("cuEventElapsedTime");
+  pthread_mutex_lock(&sim_lock);
+  unsigned long long a = *sim_event(start), b = *sim_event(end);
+  pthread_mutex_unlock(&sim_lock);
+  if (sim_now() < a || sim_now() < b) return CUDA_ERROR_NOT_READY;
+  *ms = (float)((double)((long long)b - (long long)a) / 1e6);
+  return 0;
+}
+CUresult cuStreamCreate(CUstream *s, unsigned int flags) {
+  FAIL_IF("cuStreamCreate"); (void)flags; *s = (CUstream)malloc(8); return 0; }
+CUresult cuStreamQuery(CUstream s) {
+  FAIL_IF("cuStreamQuery");
+  return sim_now() >= sim_stream_done(s) ? 0 : CUDA_ERROR_NOT_READY;
+}
 CUresult cuInit(unsigned int flags) {
   FAIL_IF("cuInit"); (void)flags; return 0; }
 CUresult cuModuleLoad(CUmodule *module, const char *fname) {
@@ -57,6 +161,7 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned
                         CUstream s, void **params, void **extra) {
   FAIL_IF("cuLaunchKernel");
   if (fake_captured(s)) return 0;
+  sim_launch(s, f);
   (void)f; (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)smem; (void)s;
   (void)params; (void)extra;
   __asm__ volatile("" ::: "memory");
@@ -70,6 +175,7 @@ CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigned int g
   (void)f; (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)smem;
   (void)params;
   if (fake_captured(s)) return 0;
+  sim_launch(s, f);
   __asm__ volatile("" ::: "memory");
   return 0;
 }
@@ -77,6 +183,7 @@ CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **ker
                           void **extra) {
   FAIL_IF("cuLaunchKernelEx");
   if (fake_captured(config->hStream)) return 0;
+  sim_launch(config->hStream, f);
   (void)config; (void)f; (void)kernelParams; (void)extra;
   __asm__ volatile("" ::: "memory");
   return 0;
@@ -127,14 +234,27 @@ CUresult cuMemcpyDtoHAsync_v2(void *d, CUdeviceptr s, size_t n, CUstream st) {
   FAIL_IF("cuMemcpyDtoHAsync_v2");
   (void)d; (void)s; (void)n; (void)st; return 0;
 }
+/* (the simulated work done, then the floor) */
 CUresult cuStreamSynchronize(CUstream s) {
-  FAIL_IF("cuStreamSynchronize"); (void)s; block_a_while(); return 0; }
+  FAIL_IF("cuStreamSynchronize"); sim_sleep_until(sim_stream_done(s)); block_a_while();
+  return 0;
+}
 CUresult cuCtxSynchronize(void) {
-  FAIL_IF("cuCtxSynchronize"); block_a_while(); return 0; }
+  FAIL_IF("cuCtxSynchronize"); sim_sleep_until(sim_all_done()); block_a_while(); return 0; }
 CUresult cuCtxSynchronize_v2(CUcontext ctx) {
-  FAIL_IF("cuCtxSynchronize_v2"); (void)ctx; block_a_while(); return 0; }
+  FAIL_IF("cuCtxSynchronize_v2"); (void)ctx; sim_sleep_until(sim_all_done());
+  block_a_while();
+  return 0;
+}
 CUresult cuEventSynchronize(void *e) {
-  FAIL_IF("cuEventSynchronize"); (void)e; block_a_while(); return 0; }
+  FAIL_IF("cuEventSynchronize");
+  pthread_mutex_lock(&sim_lock);
+  unsigned long long done = *sim_event((CUevent)e);
+  pthread_mutex_unlock(&sim_lock);
+  sim_sleep_until(done);
+  block_a_while();
+  return 0;
+}
 
 /* Devices. FAKE_CUDA_DEVICES="GPU-<uuid>@<pci bus id>;..." lists the GPUs the driver
  * sees, in CUDA's enumeration order (fastest first by default: not NVML's order).
@@ -390,6 +510,12 @@ CUresult cuEventRecord(CUevent e, CUstream s) {
   recorded[i].event = e;
   recorded[i].graph = g;
   pthread_mutex_unlock(&graph_lock);
+  if (!g) {
+    pthread_mutex_lock(&sim_lock);
+    unsigned long long busy = *sim_busy(s), now = sim_now();
+    *sim_event(e) = busy > now ? busy : now;
+    pthread_mutex_unlock(&sim_lock);
+  }
   return 0;
 }
 CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int flags) {
@@ -400,6 +526,10 @@ CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int flags) {
     if (recorded[i].event == e && recorded[i].graph && !capture_of(s))
       set_capture(s, recorded[i].graph);
   pthread_mutex_unlock(&graph_lock);
+  pthread_mutex_lock(&sim_lock);  /* the stream holds until the event completes */
+  unsigned long long done = *sim_event(e), *busy = sim_busy(s);
+  if (done > *busy) *busy = done;
+  pthread_mutex_unlock(&sim_lock);
   return 0;
 }
 CUresult cuGraphCreate(CUgraph *out, unsigned int flags) {

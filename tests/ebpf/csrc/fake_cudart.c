@@ -306,3 +306,31 @@ cudaError_t cudaGraphExecUpdate(cudaGraphExec_t e, cudaGraph_t g,
   return cuGraphExecUpdate_v2((CUgraphExec)e, (CUgraph)g,
                               (CUgraphExecUpdateResultInfo *)info);
 }
+
+/* Completion points (issue #27): the driver's. */
+cudaError_t cudaEventCreate(cudaEvent_t *e) {
+  FAIL_IF("cudaEventCreate"); return cuEventCreate((CUevent *)e, 0); }
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int flags) {
+  FAIL_IF("cudaEventCreateWithFlags"); return cuEventCreate((CUevent *)e, flags); }
+cudaError_t cudaEventQuery(cudaEvent_t e) {
+  FAIL_IF("cudaEventQuery"); return cuEventQuery((CUevent)e); }
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  FAIL_IF("cudaEventDestroy"); return cuEventDestroy_v2((CUevent)e); }
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
+  FAIL_IF("cudaEventElapsedTime"); return cuEventElapsedTime(ms, (CUevent)a, (CUevent)b); }
+cudaError_t cudaStreamCreate(cudaStream_t *s) {
+  FAIL_IF("cudaStreamCreate"); return cuStreamCreate((CUstream *)s, 0); }
+cudaError_t cudaStreamQuery(cudaStream_t s) {
+  FAIL_IF("cudaStreamQuery"); return cuStreamQuery((CUstream)s); }
+/* The per-thread default stream entry points: NULL is the thread's own stream, which the
+ * fake driver knows as cudaStreamPerThread (0x2). */
+cudaError_t cudaLaunchKernel_ptsz(const void *func, dim3 g, dim3 b, void **args, size_t smem,
+                                  cudaStream_t s) {
+  FAIL_IF("cudaLaunchKernel_ptsz");
+  return cuLaunchKernel((CUfunction)func, g.x, g.y, g.z, b.x, b.y, b.z, (unsigned)smem,
+                        (CUstream)(s ? s : cudaStreamPerThread), args, NULL);
+}
+cudaError_t cudaStreamSynchronize_ptsz(cudaStream_t s) {
+  FAIL_IF("cudaStreamSynchronize_ptsz");
+  return cuStreamSynchronize((CUstream)(s ? s : cudaStreamPerThread));
+}
