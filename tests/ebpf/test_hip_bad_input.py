@@ -59,6 +59,9 @@ def run(hip_build: Build) -> Iterator[Run]:
             assert r.launches("hip_dlopen").get(("hip", "ext::late_kernel")) == LATE
             assert r.launches("hip_long_name").get(("hip", "short_one")) == 2
             assert r.dropped("call_unfinished") >= 1
+            # the exited process's records may be read a scrape after the others'
+            assert find(r.series, "gpu_memory_copies_bytes_count",
+                        cuda_memcpy_kind="HostToDevice", process_executable_name="hip_exits")
             return r
         yield eventually(counted, 60, "the bad input's counts")
         assert exp.proc.poll() is None  # still running

@@ -210,8 +210,11 @@ def test_a_symbol_whose_name_is_the_tail_of_another_is_found(cuda_build: Build) 
 def test_cookies_say_which_call_and_which_side() -> None:
     for i, p in enumerate(abi.ALL_PROBES):
         c = abi.cookie(i)
-        assert (c & 0xFFFF, c >> 16 & 0xFF, c >> 24 & 1) == (i, p.arg, int(p.driver))
-        assert c >> 31 == int(p.hip) == int(p in abi.HIP_PROBES)
+        assert (c & 0xFFFF, c >> 16 & 0xFF, c >> 24 & 1, c >> 25 & 0x1F) == (
+            i, p.arg, int(p.driver), p.pos)
+        assert c >> 30 & 1 == int(p.hip) == int(p in abi.HIP_PROBES)
+        assert c >> 31 == int(p.symbol.endswith("_ptsz"))
+        assert c < 1 << 32  # a frame keeps it in 32 bits
         if not p.hip:
             assert p.driver == (p in abi.DRIVER_PROBES) == bool(re.match(r"cu[A-Z]", p.symbol))
 
