@@ -99,13 +99,12 @@ def test_footprint_over_10000_scrapes(benchmark: Any, results: Results,
 _IMPORT_STEPS = (
     ("python interpreter", ""),
     ("prometheus_client, pynvml, click", "import prometheus_client, pynvml, click"),
-    ("pyroute2 (host network counters)", "import pyroute2"),
     ("the rest of gpu_exporter", "import gpu_exporter.cli"),
     ("only on a Kubernetes node: grpc + protobuf (kubelet PodResources client)",
      "import grpc, gpu_exporter.sources.kubelet.podresources_v1.api_pb2"),
     ("only with --web.config.file: yaml, bcrypt", "import yaml, bcrypt"),
 )
-_DEFAULT_PATH_STEPS = 4  # the steps above that every exporter loads
+_DEFAULT_PATH_STEPS = 3  # the steps above that every exporter loads
 _IMPORT_SCRIPT = """
 import json, sys
 def rss():

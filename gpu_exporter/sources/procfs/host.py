@@ -1,5 +1,5 @@
 """Host readings in base units: CPU time, memory by state, filesystem space, disk and
-network traffic. Network counters come from netlink (pyroute2, the kernel's 64-bit
+network traffic. Network counters come from rtnetlink (the kernel's 64-bit
 interface statistics of the exporter's network namespace); the rest from procfs (read
 through `sources.files`: never waiting on a file, never more than a cap of it) and
 statvfs.
@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import os
 import re
+import socket
+import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from gpu_exporter.sources import files
 
@@ -241,29 +242,102 @@ def read_disks(exclude: re.Pattern[str], procfs: str = "/proc") -> list[DiskIo]:
     return out
 
 
+# rtnetlink (linux/netlink.h, linux/rtnetlink.h, linux/if_link.h): a dump of every
+# link, each an RTM_NEWLINK message whose attributes hold its name and its counters.
+_NLMSG = struct.Struct("=IHHII")  # length, type, flags, sequence, port
+_RTATTR = struct.Struct("=HH")  # length, type
+_IFINFOMSG_BYTES = 16
+_NLMSG_ERROR, _NLMSG_DONE, _RTM_NEWLINK, _RTM_GETLINK = 2, 3, 16, 18
+_NLM_F_REQUEST, _NLM_F_DUMP, _NLM_F_DUMP_INTR = 0x1, 0x300, 0x10
+_IFLA_IFNAME, _IFLA_STATS, _IFLA_STATS64 = 3, 7, 23
+# rx_packets, tx_packets, rx_bytes, tx_bytes, rx_errors, tx_errors: the head that
+# rtnl_link_stats (32-bit, old kernels) and rtnl_link_stats64 share.
+_STATS32, _STATS64 = struct.Struct("=6I"), struct.Struct("=6Q")
+_RECV_BYTES = 64 * 1024
+NETLINK_TIMEOUT_SECONDS = 5.0  # the kernel answers at once; a hung socket fails the part
+_DUMP_ATTEMPTS = 3  # a dump the kernel marks interrupted (links changed) is asked again
+
+
 class NetlinkInterfaces:
-    """Interface statistics over one rtnetlink socket, kept open between scrapes."""
+    """Interface statistics over one rtnetlink socket, kept open between scrapes: one
+    RTM_GETLINK dump a scrape, of which only each link's name and counters are decoded
+    (a general netlink library decodes every attribute of every link, several times
+    the cost)."""
 
     def __init__(self) -> None:
-        from pyroute2 import IPRoute
-
-        self._ipr: Any = IPRoute()
+        self._sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC,
+                                   socket.NETLINK_ROUTE)
+        try:
+            self._sock.bind((0, 0))
+            self._sock.settimeout(NETLINK_TIMEOUT_SECONDS)
+        except OSError:
+            self._sock.close()
+            raise
+        self._seq = 0
 
     def read(self, exclude: re.Pattern[str]) -> list[InterfaceStats]:
-        out = []
-        for link in self._ipr.get_links():
-            name = link.get_attr("IFLA_IFNAME")
-            stats = link.get_attr("IFLA_STATS64") or link.get_attr("IFLA_STATS")
-            if not name or stats is None or exclude.search(name):
-                continue
-            out.append(InterfaceStats(
-                name=str(name),
-                receive_bytes=int(stats["rx_bytes"]), transmit_bytes=int(stats["tx_bytes"]),
-                receive_errors=int(stats["rx_errors"]),
-                transmit_errors=int(stats["tx_errors"]),
-            ))
+        for _ in range(_DUMP_ATTEMPTS):
+            links, interrupted = self._dump()
+            if not interrupted:
+                break
+        out = [i for i in links if not exclude.search(i.name)]
         out.sort(key=lambda s: s.name)
         return out
 
+    def _dump(self) -> tuple[list[InterfaceStats], bool]:
+        self._seq = (self._seq + 1) & 0xFFFFFFFF
+        seq = self._seq
+        request = _NLMSG.pack(_NLMSG.size + _IFINFOMSG_BYTES, _RTM_GETLINK,
+                              _NLM_F_REQUEST | _NLM_F_DUMP, seq, 0) + bytes(_IFINFOMSG_BYTES)
+        self._sock.send(request)
+        out: list[InterfaceStats] = []
+        interrupted = False
+        while True:
+            data = self._sock.recv(_RECV_BYTES)
+            if not data:
+                raise OSError("netlink: the socket was closed")
+            at = 0
+            while at + _NLMSG.size <= len(data):
+                length, kind, flags, msg_seq, _ = _NLMSG.unpack_from(data, at)
+                if length < _NLMSG.size:
+                    raise ValueError(f"netlink: a message of {length} bytes")
+                body, at = at + _NLMSG.size, at + ((length + 3) & ~3)
+                if msg_seq != seq:
+                    continue  # left over from a dump an earlier scrape gave up on
+                interrupted = interrupted or bool(flags & _NLM_F_DUMP_INTR)
+                if kind == _NLMSG_DONE:
+                    return out, interrupted
+                if kind == _NLMSG_ERROR:
+                    errno = -struct.unpack_from("=i", data, body)[0]
+                    raise OSError(errno, f"netlink: {os.strerror(errno)}")
+                if kind == _RTM_NEWLINK:
+                    link = _link(data, body + _IFINFOMSG_BYTES, body - _NLMSG.size + length)
+                    if link is not None:
+                        out.append(link)
+
     def close(self) -> None:
-        self._ipr.close()
+        self._sock.close()
+
+
+def _link(data: bytes, at: int, end: int) -> InterfaceStats | None:
+    """Name and counters from one link's attributes; None without either (as a link
+    without statistics: nothing to count)."""
+    name: str | None = None
+    counters: tuple[int, ...] | None = None
+    while at + _RTATTR.size <= end:
+        length, kind = _RTATTR.unpack_from(data, at)
+        if length < _RTATTR.size:
+            break
+        value = at + _RTATTR.size
+        if kind == _IFLA_IFNAME:
+            name = _text(data[value:at + length].split(b"\0", 1)[0])
+        elif kind == _IFLA_STATS64 and length - _RTATTR.size >= _STATS64.size:
+            counters = _STATS64.unpack_from(data, value)
+        elif kind == _IFLA_STATS and counters is None and \
+                length - _RTATTR.size >= _STATS32.size:
+            counters = _STATS32.unpack_from(data, value)
+        at += (length + 3) & ~3
+    if not name or counters is None:
+        return None
+    return InterfaceStats(name=name, receive_bytes=counters[2], transmit_bytes=counters[3],
+                          receive_errors=counters[4], transmit_errors=counters[5])

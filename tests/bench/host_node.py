@@ -1,0 +1,129 @@
+"""The 2-GPU node with host metrics at 1 Hz (issue #26): CPU per second of exporter
+processes, each a real `gpu-exporter` with its default collectors on the same fake node
+(2 fake H100s, 1 GPU process), scraped once a second with Prometheus 2's Accept header.
+
+Several source trees side by side in one run (a tree from before a change, `git archive
+<commit> | tar -x -C DIR`, and this checkout): each second every exporter is scraped
+once, in an order that alternates, so the machine's other load falls on all of them
+alike. Reported per exporter: CPU (user + system, all threads, `/proc/<pid>/stat`) per
+second, wake-ups (voluntary context switches of all its threads) per second, and the
+CPU of its busiest threads.
+
+Usage: .venv/bin/python -m tests.bench.host_node [--seconds 60] [TREE ...]
+(no TREE: this checkout alone)
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from tests.bench import fleet, procstat
+from tests.fake_nvml import scenario as fake
+from tests.helpers import REPO, free_port, stop_process, wait_started
+
+# What Prometheus 2 sends: OpenMetrics 1.0.0 first.
+PROMETHEUS_ACCEPT = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;"
+                     "version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
+
+
+def _tasks(pid: int) -> dict[int, tuple[float, int]]:
+    """(CPU seconds, voluntary context switches) of each thread of `pid`."""
+    out = {}
+    ticks = os.sysconf("SC_CLK_TCK")
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                switches = next(int(line.split()[1]) for line in f
+                                 if line.startswith("voluntary_ctxt_switches:"))
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        out[int(tid)] = ((int(fields[11]) + int(fields[12])) / ticks, switches)
+    return out
+
+
+class Running:
+    def __init__(self, tree: Path, scenario: Path, lib: Path, log: Path) -> None:
+        self.tree = tree
+        self.port = free_port()
+        self.log = log
+        env = {**os.environ, **fake.env(lib, scenario), "PYTHONPATH": str(tree)}
+        with open(log, "wb") as logf:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "gpu_exporter",
+                 f"--web.listen-address=127.0.0.1:{self.port}"],
+                cwd=tree, env=env, stdout=logf, stderr=subprocess.STDOUT)
+        self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        wait_started(self.proc, self._healthy, log.read_text, str(tree), 60)
+
+    def _healthy(self) -> bool:
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
+        try:
+            c.request("GET", "/healthz")
+            return c.getresponse().status == 200
+        finally:
+            c.close()
+
+    def scrape(self) -> bytes:
+        self.conn.request("GET", "/metrics", headers={"Accept": PROMETHEUS_ACCEPT})
+        r = self.conn.getresponse()
+        body = r.read()
+        assert r.status == 200 and b"hw_gpu_up" in body, (r.status, body[:300])
+        return body
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seconds", type=int, default=60)
+    ap.add_argument("trees", nargs="*", type=Path, default=[REPO])
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        scenario = fleet.scenario(2, 1).write(Path(tmp) / "node.scenario")
+        lib = fake.build()
+        running = [Running(t.resolve(), scenario, lib, Path(tmp) / f"{i}.log")
+                   for i, t in enumerate(args.trees)]
+        try:
+            for r in running:  # first scrape: start-up work, caches
+                r.scrape()
+            time.sleep(1)
+            before = [_tasks(r.proc.pid) for r in running]
+            cpu_before = [procstat.cpu_seconds(r.proc.pid) for r in running]
+            series = [0] * len(running)
+            start = time.monotonic()
+            for second in range(args.seconds):
+                order = range(len(running)) if second % 2 == 0 else reversed(range(len(running)))
+                for i in order:
+                    body = running[i].scrape()
+                    series[i] = sum(1 for line in body.splitlines()
+                                    if line and not line.startswith(b"#"))
+                time.sleep(max(0.0, start + second + 1 - time.monotonic()))
+            wall = time.monotonic() - start
+            after = [_tasks(r.proc.pid) for r in running]
+            cpu_after = [procstat.cpu_seconds(r.proc.pid) for r in running]
+        finally:
+            for r in running:
+                r.conn.close()
+                stop_process(r.proc)
+    for r, b, a, n, c0, c1 in zip(running, before, after, series, cpu_before, cpu_after,
+                                  strict=True):
+        # The whole process's CPU (threads that ended included); wake-ups of live threads.
+        cpu = c1 - c0
+        wakes = sum(a[t][1] - b.get(t, (0.0, 0))[1] for t in a)
+        threads = sorted(((a[t][0] - b.get(t, (0.0, 0))[0], t, a[t][1] - b.get(t, (0.0, 0))[1])
+                          for t in a), reverse=True)
+        busiest = ", ".join(f"tid {t}: {c * 1000 / wall:.2f} ms/s {w / wall:.1f} wake/s"
+                            for c, t, w in threads[:4])
+        print(f"{r.tree}: {cpu * 1000 / wall:.2f} ms CPU/s, {wakes / wall:.1f} wake-ups/s, "
+              f"{n} series, {len(a)} threads [{busiest}]")
+
+
+if __name__ == "__main__":
+    main()
