@@ -5,9 +5,10 @@ processes, each a real `gpu-exporter` with its default collectors on the same fa
 Several source trees side by side in one run (a tree from before a change, `git archive
 <commit> | tar -x -C DIR`, and this checkout): each second every exporter is scraped
 once, in an order that alternates, so the machine's other load falls on all of them
-alike. Reported per exporter: CPU (user + system, all threads, `/proc/<pid>/stat`) per
-second, wake-ups (voluntary context switches of all its threads) per second, and the
-CPU of its busiest threads.
+alike. Reported per exporter: CPU per second (user + system of the whole process from
+`/proc/<pid>/stat`, in 10 ms ticks; and the sum of its threads' schedstat, exact),
+wake-ups (voluntary context switches of all its threads) per second, resident memory
+at the end, and the CPU of its busiest threads.
 
 Usage: .venv/bin/python -m tests.bench.host_node [--seconds 60] [TREE ...]
 (no TREE: this checkout alone)
@@ -34,19 +35,19 @@ PROMETHEUS_ACCEPT = ("application/openmetrics-text;version=1.0.0,application/ope
 
 
 def _tasks(pid: int) -> dict[int, tuple[float, int]]:
-    """(CPU seconds, voluntary context switches) of each thread of `pid`."""
+    """(CPU seconds, voluntary context switches) of each thread of `pid`; the CPU time
+    from schedstat (nanoseconds, where /proc/<pid>/stat counts 10 ms ticks)."""
     out = {}
-    ticks = os.sysconf("SC_CLK_TCK")
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                on_cpu_ns = int(f.read().split()[0])
             with open(f"/proc/{pid}/task/{tid}/status") as f:
                 switches = next(int(line.split()[1]) for line in f
                                  if line.startswith("voluntary_ctxt_switches:"))
         except (FileNotFoundError, ProcessLookupError):
             continue
-        out[int(tid)] = ((int(fields[11]) + int(fields[12])) / ticks, switches)
+        out[int(tid)] = (on_cpu_ns / 1e9, switches)
     return out
 
 
@@ -108,21 +109,25 @@ def main() -> None:
             wall = time.monotonic() - start
             after = [_tasks(r.proc.pid) for r in running]
             cpu_after = [procstat.cpu_seconds(r.proc.pid) for r in running]
+            rss = [procstat.rss_bytes(r.proc.pid) for r in running]
         finally:
             for r in running:
                 r.conn.close()
                 stop_process(r.proc)
-    for r, b, a, n, c0, c1 in zip(running, before, after, series, cpu_before, cpu_after,
-                                  strict=True):
-        # The whole process's CPU (threads that ended included); wake-ups of live threads.
+    for r, b, a, n, c0, c1, m in zip(running, before, after, series, cpu_before, cpu_after,
+                                     rss, strict=True):
+        # The whole process's CPU (threads that ended included, in ticks); the threads'
+        # own, exact; wake-ups of live threads.
         cpu = c1 - c0
+        exact = sum(a[t][0] - b.get(t, (0.0, 0))[0] for t in a)
         wakes = sum(a[t][1] - b.get(t, (0.0, 0))[1] for t in a)
         threads = sorted(((a[t][0] - b.get(t, (0.0, 0))[0], t, a[t][1] - b.get(t, (0.0, 0))[1])
                           for t in a), reverse=True)
         busiest = ", ".join(f"tid {t}: {c * 1000 / wall:.2f} ms/s {w / wall:.1f} wake/s"
                             for c, t, w in threads[:4])
-        print(f"{r.tree}: {cpu * 1000 / wall:.2f} ms CPU/s, {wakes / wall:.1f} wake-ups/s, "
-              f"{n} series, {len(a)} threads [{busiest}]")
+        print(f"{r.tree}: {cpu * 1000 / wall:.2f} ms CPU/s (threads: "
+              f"{exact * 1000 / wall:.2f}), {wakes / wall:.1f} wake-ups/s, "
+              f"{n} series, RSS {m / 2**20:.1f} MiB, {len(a)} threads [{busiest}]")
 
 
 if __name__ == "__main__":
