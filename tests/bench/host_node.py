@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from tests.bench import fleet, procstat
@@ -81,16 +82,25 @@ class Running:
         return body
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seconds", type=int, default=60)
-    ap.add_argument("trees", nargs="*", type=Path, default=[REPO])
-    args = ap.parse_args()
+@dataclass(frozen=True)
+class Measured:
+    tree: Path
+    cpu_ms_per_second: float  # the whole process, /proc/<pid>/stat (10 ms ticks)
+    thread_cpu_ms_per_second: float  # its live threads' schedstat (nanoseconds)
+    wakeups_per_second: float
+    series: int
+    rss_bytes: int
+    threads: int
+    busiest: list[tuple[float, float]]  # (ms/s, wake-ups/s) of the 4 busiest threads
+
+
+def measure(trees: list[Path], seconds: int) -> list[Measured]:
+    """Each tree's exporter on the same fake node, scraped once a second for `seconds`."""
     with tempfile.TemporaryDirectory() as tmp:
         scenario = fleet.scenario(2, 1).write(Path(tmp) / "node.scenario")
         lib = fake.build()
         running = [Running(t.resolve(), scenario, lib, Path(tmp) / f"{i}.log")
-                   for i, t in enumerate(args.trees)]
+                   for i, t in enumerate(trees)]
         try:
             for r in running:  # first scrape: start-up work, caches
                 r.scrape()
@@ -99,7 +109,7 @@ def main() -> None:
             cpu_before = [procstat.cpu_seconds(r.proc.pid) for r in running]
             series = [0] * len(running)
             start = time.monotonic()
-            for second in range(args.seconds):
+            for second in range(seconds):
                 order = range(len(running)) if second % 2 == 0 else reversed(range(len(running)))
                 for i in order:
                     body = running[i].scrape()
@@ -114,20 +124,32 @@ def main() -> None:
             for r in running:
                 r.conn.close()
                 stop_process(r.proc)
+    out = []
     for r, b, a, n, c0, c1, m in zip(running, before, after, series, cpu_before, cpu_after,
                                      rss, strict=True):
         # The whole process's CPU (threads that ended included, in ticks); the threads'
         # own, exact; wake-ups of live threads.
-        cpu = c1 - c0
-        exact = sum(a[t][0] - b.get(t, (0.0, 0))[0] for t in a)
-        wakes = sum(a[t][1] - b.get(t, (0.0, 0))[1] for t in a)
-        threads = sorted(((a[t][0] - b.get(t, (0.0, 0))[0], t, a[t][1] - b.get(t, (0.0, 0))[1])
-                          for t in a), reverse=True)
-        busiest = ", ".join(f"tid {t}: {c * 1000 / wall:.2f} ms/s {w / wall:.1f} wake/s"
-                            for c, t, w in threads[:4])
-        print(f"{r.tree}: {cpu * 1000 / wall:.2f} ms CPU/s (threads: "
-              f"{exact * 1000 / wall:.2f}), {wakes / wall:.1f} wake-ups/s, "
-              f"{n} series, RSS {m / 2**20:.1f} MiB, {len(a)} threads [{busiest}]")
+        per_thread = sorted(((a[t][0] - b.get(t, (0.0, 0))[0]) * 1000 / wall,
+                             (a[t][1] - b.get(t, (0.0, 0))[1]) / wall) for t in a)[::-1]
+        out.append(Measured(
+            tree=r.tree, cpu_ms_per_second=(c1 - c0) * 1000 / wall,
+            thread_cpu_ms_per_second=sum(c for c, _ in per_thread),
+            wakeups_per_second=sum(w for _, w in per_thread), series=n, rss_bytes=m,
+            threads=len(a), busiest=per_thread[:4]))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seconds", type=int, default=60)
+    ap.add_argument("trees", nargs="*", type=Path, default=[REPO])
+    args = ap.parse_args()
+    for m in measure(args.trees, args.seconds):
+        busiest = ", ".join(f"{c:.2f} ms/s {w:.1f} wake/s" for c, w in m.busiest)
+        print(f"{m.tree}: {m.cpu_ms_per_second:.2f} ms CPU/s (threads: "
+              f"{m.thread_cpu_ms_per_second:.2f}), {m.wakeups_per_second:.1f} wake-ups/s, "
+              f"{m.series} series, RSS {m.rss_bytes / 2**20:.1f} MiB, {m.threads} threads "
+              f"[busiest: {busiest}]")
 
 
 if __name__ == "__main__":
