@@ -174,7 +174,7 @@ class GpuExporterCollector(PromCollector):
             collector = cls(self.settings)
             worker = Worker(cls.name)
             # Started on the thread that will collect (as later retries are): what start()
-            # opens with per-thread state (pyroute2's event loop, for one) is then used
+            # opens with per-thread state (a library's event loop, for one) is then used
             # on the thread that made it, instead of leaking a new loop every scrape.
             job = worker.submit(partial(_start_collector, collector))
             job.done.wait()
