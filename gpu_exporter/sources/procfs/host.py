@@ -304,21 +304,33 @@ class NetlinkInterfaces:
     the cost)."""
 
     def __init__(self) -> None:
-        self._sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC,
-                                   socket.NETLINK_ROUTE)
-        try:
-            self._sock.bind((0, 0))
-            self._sock.settimeout(NETLINK_TIMEOUT_SECONDS)
-        except OSError:
-            self._sock.close()
-            raise
+        self._sock = self._open()
         self._seq = 0
 
+    @staticmethod
+    def _open() -> socket.socket:
+        sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC,
+                             socket.NETLINK_ROUTE)
+        try:
+            sock.bind((0, 0))
+            sock.settimeout(NETLINK_TIMEOUT_SECONDS)
+        except OSError:
+            sock.close()
+            raise
+        return sock
+
     def read(self, exclude: re.Pattern[str]) -> list[InterfaceStats]:
-        for _ in range(_DUMP_ATTEMPTS):
-            links, interrupted = self._dump()
-            if not interrupted:
-                break
+        try:
+            for _ in range(_DUMP_ATTEMPTS):
+                links, interrupted = self._dump()
+                if not interrupted:
+                    break
+        except (OSError, ValueError):
+            # A dump left half read would answer the next request with EBUSY: the next
+            # scrape starts on a new socket.
+            self._sock.close()
+            self._sock = self._open()
+            raise
         out = [i for i in links if not exclude.search(i.name)]
         out.sort(key=lambda s: s.name)
         return out
