@@ -10,13 +10,14 @@ alike. Reported per exporter: CPU per second (user + system of the whole process
 wake-ups (voluntary context switches of all its threads) per second, resident memory
 at the end, and the CPU of its busiest threads.
 
-Usage: .venv/bin/python -m tests.bench.host_node [--seconds 60] [TREE ...]
+Usage: .venv/bin/python -m tests.bench.host_node [--seconds 60] [--gzip] [TREE ...]
 (no TREE: this checkout alone)
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import http.client
 import os
 import subprocess
@@ -53,8 +54,12 @@ def _tasks(pid: int) -> dict[int, tuple[float, int]]:
 
 
 class Running:
-    def __init__(self, tree: Path, scenario: Path, lib: Path, log: Path) -> None:
+    def __init__(self, tree: Path, scenario: Path, lib: Path, log: Path,
+                 gzipped: bool) -> None:
         self.tree = tree
+        self.headers = {"Accept": PROMETHEUS_ACCEPT}
+        if gzipped:  # Prometheus asks for it unless the scrape config turns it off
+            self.headers["Accept-Encoding"] = "gzip"
         self.port = free_port()
         self.log = log
         env = {**os.environ, **fake.env(lib, scenario), "PYTHONPATH": str(tree)}
@@ -75,9 +80,11 @@ class Running:
             c.close()
 
     def scrape(self) -> bytes:
-        self.conn.request("GET", "/metrics", headers={"Accept": PROMETHEUS_ACCEPT})
+        self.conn.request("GET", "/metrics", headers=self.headers)
         r = self.conn.getresponse()
         body = r.read()
+        if r.getheader("Content-Encoding") == "gzip":
+            body = gzip.decompress(body)
         assert r.status == 200 and b"hw_gpu_up" in body, (r.status, body[:300])
         return body
 
@@ -94,12 +101,13 @@ class Measured:
     busiest: list[tuple[float, float]]  # (ms/s, wake-ups/s) of the 4 busiest threads
 
 
-def measure(trees: list[Path], seconds: int) -> list[Measured]:
-    """Each tree's exporter on the same fake node, scraped once a second for `seconds`."""
+def measure(trees: list[Path], seconds: int, gzipped: bool = False) -> list[Measured]:
+    """Each tree's exporter on the same fake node, scraped once a second for `seconds`
+    (`gzipped`: asking for gzip, as Prometheus does by default)."""
     with tempfile.TemporaryDirectory() as tmp:
         scenario = fleet.scenario(2, 1).write(Path(tmp) / "node.scenario")
         lib = fake.build()
-        running = [Running(t.resolve(), scenario, lib, Path(tmp) / f"{i}.log")
+        running = [Running(t.resolve(), scenario, lib, Path(tmp) / f"{i}.log", gzipped)
                    for i, t in enumerate(trees)]
         try:
             for r in running:  # first scrape: start-up work, caches
@@ -142,9 +150,11 @@ def measure(trees: list[Path], seconds: int) -> list[Measured]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=int, default=60)
+    ap.add_argument("--gzip", action="store_true",
+                    help="ask for gzip too (Accept-Encoding), as Prometheus does by default")
     ap.add_argument("trees", nargs="*", type=Path, default=[REPO])
     args = ap.parse_args()
-    for m in measure(args.trees, args.seconds):
+    for m in measure(args.trees, args.seconds, args.gzip):
         busiest = ", ".join(f"{c:.2f} ms/s {w:.1f} wake/s" for c, w in m.busiest)
         print(f"{m.tree}: {m.cpu_ms_per_second:.2f} ms CPU/s (threads: "
               f"{m.thread_cpu_ms_per_second:.2f}), {m.wakeups_per_second:.1f} wake-ups/s, "
