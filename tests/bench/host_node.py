@@ -101,14 +101,17 @@ class Measured:
     busiest: list[tuple[float, float]]  # (ms/s, wake-ups/s) of the 4 busiest threads
 
 
-def measure(trees: list[Path], seconds: int, gzipped: bool = False) -> list[Measured]:
+def measure(trees: list[Path], seconds: int, gzipped: bool | list[bool] = False
+            ) -> list[Measured]:
     """Each tree's exporter on the same fake node, scraped once a second for `seconds`
-    (`gzipped`: asking for gzip, as Prometheus does by default)."""
+    (`gzipped`: asking for gzip, as Prometheus does by default; one for all, or one a
+    tree)."""
+    wants = gzipped if isinstance(gzipped, list) else [gzipped] * len(trees)
     with tempfile.TemporaryDirectory() as tmp:
         scenario = fleet.scenario(2, 1).write(Path(tmp) / "node.scenario")
         lib = fake.build()
-        running = [Running(t.resolve(), scenario, lib, Path(tmp) / f"{i}.log", gzipped)
-                   for i, t in enumerate(trees)]
+        running = [Running(t.resolve(), scenario, lib, Path(tmp) / f"{i}.log", g)
+                   for i, (t, g) in enumerate(zip(trees, wants, strict=True))]
         try:
             for r in running:  # first scrape: start-up work, caches
                 r.scrape()

@@ -94,18 +94,18 @@ BREAKDOWN_LABELS = (
 )
 
 
-def _host_node(r: Mapping[str, Any]) -> list[str]:
-    return [
-        "| measure | value | target |",
-        "|---|---|---|",
-        f"| CPU of the process (ticks) | {r['cpu_ms_per_second']:.2f} ms/s | ≤ 3 ms/s |",
-        f"| CPU of its threads (schedstat) | {r['thread_cpu_ms_per_second']:.2f} ms/s | |",
-        f"| wake-ups of its threads | {r['wakeups_per_second']:.1f} /s | |",
-        f"| RSS at the end | {r['rss_bytes'] / MIB:.1f} MiB | ≤ 60 MB |",
-        f"| series, threads | {r['series']}, {r['threads']} | |",
-        "",
-        f"Over {r['seconds']} s.",
-    ]
+def _host_node(rows: Mapping[str, Any]) -> list[str]:
+    out = ["| answer | CPU of the process (ticks) | CPU of its threads (schedstat) | "
+           "wake-ups | RSS at the end | series | threads |", "|---|---|---|---|---|---|---|"]
+    for r in sorted(rows.values(), key=lambda r: r.get("gzip", False)):
+        out.append(f"| {'gzip' if r.get('gzip') else 'plain'} | "
+                   f"{r['cpu_ms_per_second']:.2f} ms/s | "
+                   f"{r['thread_cpu_ms_per_second']:.2f} ms/s | "
+                   f"{r['wakeups_per_second']:.1f}/s | {r['rss_bytes'] / MIB:.1f} MiB | "
+                   f"{r['series']} | {r['threads']} |")
+    seconds = next(iter(rows.values()))["seconds"]
+    return [*out, "", f"Both exporters side by side, {seconds} s; target ≤ 3 ms/s, "
+            "RSS ≤ 60 MB."]
 
 
 def _footprint(r: Mapping[str, Any]) -> list[str]:
@@ -258,9 +258,12 @@ def _summary(data: Mapping[str, Any]) -> list[str]:
             f"{f['cpu_seconds_per_hour_at_15s']:.1f} s per hour "
             f"({f['cpu_seconds_per_hour_at_15s'] / 36:.2f}% of one core)", None)
     if "host_node" in data:
-        h = next(iter(data["host_node"].values()))
+        worst = max(data["host_node"].values(), key=lambda r: r["thread_cpu_ms_per_second"])
         row("9", "2 GPUs + host metrics at 1 Hz", "≤ 3 ms CPU/s (issue #26)",
-            f"{h['thread_cpu_ms_per_second']:.2f} ms/s", h["thread_cpu_ms_per_second"] <= 3)
+            ", ".join(f"{r['thread_cpu_ms_per_second']:.2f} ms/s "
+                      f"{'gzip' if r.get('gzip') else 'plain'}"
+                      for r in data["host_node"].values()),
+            worst["thread_cpu_ms_per_second"] <= 3)
     if "peer_drm" in data:
         p = next(iter(data["peer_drm"].values()))
         row("5", "AMD reader vs node_exporter drm", "(compared)",
@@ -364,7 +367,7 @@ def render(data: Mapping[str, Any], earlier: str = "") -> str:
         ("host_node", "### 9. A 2-GPU node with host metrics at 1 Hz (default collectors, "
          "1 GPU process, Prometheus 2's Accept header)",
          "`pytest tests/bench/test_host_node.py --benchmark-only`",
-         lambda r: _host_node(next(iter(r.values())))),
+         _host_node),
     ]
     for key, title, command, table in sections:
         if not data.get(key) and before.get(title):
