@@ -53,6 +53,7 @@ class HostCollector(Collector):
         self._interfaces = _compile(opt(INTERFACES_OPTION))
         self._cpu_before: host.CpuTimes | None = None
         procfs = self.settings.procfs
+        self._filesystems_reader = host.Filesystems(procfs, self._fs_types, self._mountpoints)
         problem = host.procfs_problem(procfs)
         if problem:
             # CPU, memory, disks and mounts all come from there: nothing to report.
@@ -126,9 +127,7 @@ class HostCollector(Collector):
         c.SYSTEM_MEMORY_UTILIZATION.emit(sink, mem.utilization_ratio, {})
 
     def _filesystems(self, sink: Sink) -> None:
-        readings, errors = host.read_filesystems(
-            self.settings.procfs, self._fs_types, self._mountpoints
-        )
+        readings, errors = self._filesystems_reader.read()
         for fs in readings:
             for state, nbytes in fs.by_state.items():
                 c.SYSTEM_FILESYSTEM_USAGE.emit(sink, nbytes, {

@@ -46,6 +46,10 @@ def test_endpoints_methods_and_encodings() -> None:
         assert status == 200 and headers["Content-Encoding"] == "gzip"
         assert b"gpu_exporter_build_info" in gzip.decompress(body)
 
+        # The fastest level (RFC 1952's XFL byte 4), not gzip's default 9 (XFL 2): the
+        # answer Prometheus asks for every scrape.
+        assert body[8] == 4, body[:10]
+
         status, headers, body = _request(exp.port, "HEAD", "/metrics")
         assert status == 200 and body == b"" and int(headers["Content-Length"]) > 0
 

@@ -226,6 +226,34 @@ def test_filesystem_exclusions_on_a_fake_mount_table(tmp_path: Path) -> None:
     assert [m for m, _ in errors] == [f"{tmp_path}/gone"]
 
 
+def test_a_changed_mount_table_is_read_again(tmp_path: Path) -> None:
+    """The mounts to read are kept between scrapes while the table's bytes stay the
+    same: a mount added, removed or moved shows at the next read."""
+    import re
+
+    for d in ("a", "b"):
+        (tmp_path / d).mkdir()
+    mounts = tmp_path / "proc" / "self" / "mounts"
+    mounts.parent.mkdir(parents=True)
+    mounts.write_text(f"/dev/sda1 {tmp_path}/a ext4 rw 0 0\n")
+    reader = host.Filesystems(str(tmp_path / "proc"), re.compile(host.DEFAULT_FS_TYPES_EXCLUDE),
+                              re.compile(host.DEFAULT_MOUNTPOINTS_EXCLUDE))
+
+    def devices() -> list[tuple[str, str]]:
+        readings, errors = reader.read()
+        assert not errors
+        return [(r.device, r.mountpoint) for r in readings]
+
+    assert devices() == [("/dev/sda1", f"{tmp_path}/a")]
+    assert devices() == [("/dev/sda1", f"{tmp_path}/a")]
+    mounts.write_text(f"/dev/sda1 {tmp_path}/a ext4 rw 0 0\n/dev/sdb1 {tmp_path}/b xfs rw 0 0\n")
+    assert devices() == [("/dev/sda1", f"{tmp_path}/a"), ("/dev/sdb1", f"{tmp_path}/b")]
+    mounts.write_text(f"/dev/sdc1 {tmp_path}/a ext4 rw 0 0\n")  # same length, other device
+    assert devices() == [("/dev/sdc1", f"{tmp_path}/a")]
+    mounts.write_text(f"/dev/sdc1 {tmp_path}/a squashfs ro 0 0\n")  # now left out
+    assert devices() == []
+
+
 def _diskstats() -> dict[str, tuple[int, int]]:
     out = {}
     for line in Path("/proc/diskstats").read_text().splitlines():

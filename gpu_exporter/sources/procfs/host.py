@@ -163,7 +163,14 @@ def read_mount_paths(procfs: str = "/proc") -> list[tuple[str, bytes, str]]:
     exporter's process sees (`<procfs>/self/mounts`, octal escapes such as `\\040`
     decoded). The mount point stays bytes: it need not be UTF-8, and statvfs needs it
     exactly."""
-    raw = files.read_capped(os.path.join(procfs, "self", "mounts"), MOUNTS_MAX_BYTES)
+    return _parse_mounts(_mounts_file(procfs))
+
+
+def _mounts_file(procfs: str) -> bytes:
+    return files.read_capped(os.path.join(procfs, "self", "mounts"), MOUNTS_MAX_BYTES)
+
+
+def _parse_mounts(raw: bytes) -> list[tuple[str, bytes, str]]:
     out = []
     for line in raw.splitlines():
         parts = line.split()
@@ -198,25 +205,57 @@ def read_filesystems(
     procfs: str, types_exclude: re.Pattern[str], mountpoints_exclude: re.Pattern[str],
 ) -> tuple[list[FilesystemReading], list[tuple[str, str]]]:
     """Readings, and (mountpoint, error) for mounts that could not be read."""
-    readings: list[FilesystemReading] = []
-    errors: list[tuple[str, str]] = []
-    seen: set[str] = set()
-    for device, path, fs_type in read_mount_paths(procfs):
-        mountpoint = _text(path)
-        if types_exclude.search(fs_type) or mountpoints_exclude.search(mountpoint):
-            continue
-        if mountpoint in seen:  # over-mounted: only the top mount is visible anyway
-            continue
-        seen.add(mountpoint)
-        try:
-            st = os.statvfs(path)
-        except OSError as exc:
-            errors.append((mountpoint, exc.strerror or str(exc)))
-            continue
-        if st.f_blocks == 0:
-            continue  # no space to speak of (e.g. an empty tmpfs-like special mount)
-        readings.append(FilesystemReading(device, mountpoint, fs_type, statvfs_states(st)))
-    return readings, errors
+    return Filesystems(procfs, types_exclude, mountpoints_exclude).read()
+
+
+class Filesystems:
+    """`read_filesystems`, keeping the mounts to read from one call to the next: the
+    mount table is read every time and parsed and filtered again only when its bytes
+    changed (a Kubernetes node lists hundreds of container mounts, all left out, that
+    were otherwise decoded and matched every scrape)."""
+
+    def __init__(self, procfs: str, types_exclude: re.Pattern[str],
+                 mountpoints_exclude: re.Pattern[str]) -> None:
+        self._procfs = procfs
+        self._types_exclude = types_exclude
+        self._mountpoints_exclude = mountpoints_exclude
+        self._raw: bytes | None = None
+        self._wanted: list[tuple[str, bytes, str, str]] = []
+
+    def read(self) -> tuple[list[FilesystemReading], list[tuple[str, str]]]:
+        raw = _mounts_file(self._procfs)
+        if raw != self._raw:
+            self._wanted = self._select(_parse_mounts(raw))
+            self._raw = raw
+        readings: list[FilesystemReading] = []
+        errors: list[tuple[str, str]] = []
+        for device, path, mountpoint, fs_type in self._wanted:
+            try:
+                st = os.statvfs(path)
+            except OSError as exc:
+                errors.append((mountpoint, exc.strerror or str(exc)))
+                continue
+            if st.f_blocks == 0:
+                continue  # no space to speak of (e.g. an empty tmpfs-like special mount)
+            readings.append(FilesystemReading(device, mountpoint, fs_type,
+                                              statvfs_states(st)))
+        return readings, errors
+
+    def _select(self, mounts: list[tuple[str, bytes, str]]
+                ) -> list[tuple[str, bytes, str, str]]:
+        """(device, path, mount point as text, fs type) of the mounts to read."""
+        out = []
+        seen: set[str] = set()
+        for device, path, fs_type in mounts:
+            mountpoint = _text(path)
+            if (self._types_exclude.search(fs_type)
+                    or self._mountpoints_exclude.search(mountpoint)):
+                continue
+            if mountpoint in seen:  # over-mounted: only the top mount is visible anyway
+                continue
+            seen.add(mountpoint)
+            out.append((device, path, mountpoint, fs_type))
+        return out
 
 
 def read_disks(exclude: re.Pattern[str], procfs: str = "/proc") -> list[DiskIo]:
@@ -248,11 +287,19 @@ class NetlinkInterfaces:
         self._dump = rtnetlink.LinkDump()
 
     def read(self, exclude: re.Pattern[str]) -> list[InterfaceStats]:
+        try:
+            links = self._dump.links()
+        except (OSError, ValueError):
+            # A dump left half read would answer the next request with EBUSY: the next
+            # scrape starts on a new socket.
+            self._dump.close()
+            self._dump = rtnetlink.LinkDump()
+            raise
         out = [InterfaceStats(name=link.name, receive_bytes=link.receive_bytes,
                               transmit_bytes=link.transmit_bytes,
                               receive_errors=link.receive_errors,
                               transmit_errors=link.transmit_errors)
-               for link in self._dump.links() if not exclude.search(link.name)]
+               for link in links if not exclude.search(link.name)]
         out.sort(key=lambda s: s.name)
         return out
 
