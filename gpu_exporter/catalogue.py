@@ -561,17 +561,18 @@ class KernelLabels(CudaLabels):
 
 GPU_KERNEL_ELAPSED = Histogram(
     "gpu_kernel_elapsed_seconds",
-    "The application's own cudaEventElapsedTime between two events recorded around exactly "
-    "one launch on one stream: that kernel's GPU time (exact; idle gaps between the "
-    "events included).", C, KernelLabels, unit="seconds",
-    sources="uprobes on cudaEventElapsedTime, cuEventElapsedTime and the event records",
+    "The application's own cudaEventElapsedTime (or hipEventElapsedTime) between two events "
+    "recorded around exactly one launch on one stream: that kernel's GPU time (exact; idle "
+    "gaps between the events included).", C, KernelLabels, unit="seconds",
+    sources="uprobes on cudaEventElapsedTime, cuEventElapsedTime, hipEventElapsedTime and "
+            "the event records",
 )
 
 GPU_STREAM_WAITS = Counter(
     "gpu_stream_waits_total",
-    "Successful cudaStreamWaitEvent / cuStreamWaitEvent calls: a stream made to wait for "
-    "an event of another.", C, ExecutableLabels,
-    sources="uprobes on cudaStreamWaitEvent, cuStreamWaitEvent",
+    "Successful cudaStreamWaitEvent / cuStreamWaitEvent / hipStreamWaitEvent calls: a stream "
+    "made to wait for an event of another.", C, ExecutableLabels,
+    sources="uprobes on cudaStreamWaitEvent, cuStreamWaitEvent, hipStreamWaitEvent",
 )
 
 GPU_STREAM_WAIT_BOUND = Histogram(
@@ -579,8 +580,8 @@ GPU_STREAM_WAIT_BOUND = Histogram(
     "Upper bound on the time a stream wait held its stream: from the wait call to the first "
     "completion seen of the awaited event (waits whose event is never seen complete have "
     "no sample).", C, ExecutableLabels, unit="seconds",
-    sources="uprobes on cudaStreamWaitEvent, cuStreamWaitEvent and the event's queries "
-            "and synchronises",
+    sources="uprobes on cudaStreamWaitEvent, cuStreamWaitEvent, hipStreamWaitEvent and the "
+            "event's queries and synchronises",
 )
 
 

@@ -62,6 +62,10 @@ def expected_launches(n: int) -> dict[tuple[str, str], float]:
         # hipExtModuleLaunchKernel, hipHccModuleLaunchKernel (C++ names only)
         ("hip_module", "triton::matmul"): 2,
         ("hip_graph", "graph_step"): 4,  # two launches of a captured graph of two nodes
+        # one launch of a graph built node by node: hipGraphAddKernelNode's node and
+        # hipGraphAddNode's (ROCm 6.2), named from hipKernelNodeParams' func
+        ("hip_graph", "explicit_node"): 1,
+        ("hip_graph", "added_node"): 1,
     }
 
 

@@ -602,6 +602,12 @@ EV_HIP_DEVICE_PCI: Final = 40  # id = a device ordinal, target = domain << 32 | 
 # pciDeviceID from byte 364; R0600 (6.x's hipGetDeviceProperties, a #define of
 # hipGetDevicePropertiesR0600) int pciBusID, pciDeviceID, pciDomainID from byte 584
 # (offsetof in ROCm 5.2's and 6.0-6.2's headers: tests/fixtures/hip/device-prop-offsets.txt).
+# hipKernelNodeParams { dim3 blockDim; void **extra; void *func; dim3 gridDim; ... }: the
+# kernel handle after the block size and `extra` (ROCm 5.2's header and 6.x's, 7.x's
+# alike), not first as in CUDA's struct. hipGraphNodeParams (hipGraphAddNode, 6.2+) is
+# CUDA's layout: the type (hipGraphNodeTypeKernel 0, hipGraphNodeTypeGraph 4 from ROCm
+# 6.0 on; 5.2's enum had 1 and 5, but no hipGraphAddNode), the union at byte 16.
+HIP_KNODE_FUNC_OFF: Final = 24
 HIP_PROPS_R0000: Final = 0
 HIP_PROPS_R0600: Final = 1
 HIP_PROPS_R0000_PCI_OFF: Final = 364
@@ -610,9 +616,13 @@ HIP_PROPS_R0600_PCI_OFF: Final = 584
 
 def _hip(symbol: str, program: str, arg: int = 0, *suffixes: str, module: bool = False,
          since: str = "", spt_since: str = "", pos: int = 0) -> tuple[Probe, ...]:
-    """A HIP call and its per-thread-stream variants (`spt_since`: when those came)."""
-    return tuple(Probe(symbol + s, program, arg, module, since=spt_since if s else since,
-                       pos=pos, hip=True) for s in ("", *suffixes))
+    """A HIP call and its per-thread-stream variants (`spt_since`: when those came). The
+    _spt launches get a program of their own (hip_launch_spt), as CUDA's _ptsz ones: a
+    NULL stream there is the calling thread's default stream (clr's
+    PER_THREAD_DEFAULT_STREAM), and a launch does not read its probe's cookie."""
+    return tuple(Probe(symbol + s, program + s if s and program == "hip_launch" else program,
+                       arg, module, since=spt_since if s else since, pos=pos, hip=True)
+                 for s in ("", *suffixes))
 
 
 HIP_PROBES: Final[tuple[Probe, ...]] = (
@@ -686,7 +696,17 @@ HIP_PROBES: Final[tuple[Probe, ...]] = (
     *_hip("hipEventRecord", "event_record", 0, SPT, spt_since="6.0"),
     *_hip("hipEventRecordWithFlags", "event_record", since="6.4"),
     *_hip("hipStreamWaitEvent", "stream_wait", 0, SPT),
+    # Completion points (issue #27 for HIP; hipEventRecord, hipStreamWaitEvent and the
+    # syncs are above): hipErrorNotReady (600) is cudaErrorNotReady's value, an answer.
+    # hipEventQuery, hipEventDestroy and hipEventElapsedTime have no _spt variant.
+    *_hip("hipEventQuery", "event_query"),
+    *_hip("hipStreamQuery", "stream_query", 0, SPT),
+    *_hip("hipEventDestroy", "event_destroy"),
+    *_hip("hipEventElapsedTime", "event_elapsed"),
     *_hip("hipGraphCreate", "graph_create"),
+    *_hip("hipGraphAddKernelNode", "graph_add_kernel", GRAPH_ADD_KERNEL_PARAMS),
+    # (in the hip_5.5 node from ROCm 6.2 on)
+    *_hip("hipGraphAddNode", "graph_add_kernel", GRAPH_ADD_NODE_PARAMS, since="6.2"),
     *_hip("hipGraphAddChildGraphNode", "graph_add_child", GRAPH_ADD_CHILD),
     *_hip("hipGraphClone", "graph_clone"),
     *_hip("hipGraphInstantiate", "graph_instantiate"),
@@ -778,6 +798,8 @@ COUNTS.update({
     "hip_launch": "a launch: `gpu_kernel_launch_calls_total{cuda_api=\"hip\"}`, named from "
                   "the kernel handle (its registered device name, else its ELF symbol); grid "
                   "and block size from the `dim3` arguments",
+    "hip_launch_spt": "a launch, as `hipLaunchKernel` (a NULL stream is the thread's "
+                      "default stream)",
     "hip_module_launch": "a launch: `gpu_kernel_launch_calls_total{cuda_api=\"hip_module\"}`,"
                          " named from the `hipFunction_t`; grid and block size from the "
                          "arguments",
@@ -808,7 +830,8 @@ def cookie(index: int) -> int:
     assert p.pos < 1 << 5, p  # COOKIE_POS: 5 bits
     return (index | p.arg << 16 | int(p.driver) << 24 | p.pos << 25
             | int(p.hip) << COOKIE_HIP_SHIFT
-            | int(p.symbol.endswith(PTSZ)) << COOKIE_PTSZ_SHIFT)
+            | int(p.symbol.endswith(PTSZ) or (p.hip and p.symbol.endswith(SPT)))
+            << COOKIE_PTSZ_SHIFT)
 
 
 INDEX: Final = {p.symbol: i for i, p in enumerate(ALL_PROBES)}

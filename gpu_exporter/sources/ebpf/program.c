@@ -789,7 +789,6 @@ static __always_inline void event_forget(u32 tgid, u64 event) {
 // A synchronising call returned at `now`.
 static __always_inline void synced(struct tstate *t, u32 tgid, u32 call, u64 arg,
                                    u32 cookie, u32 dev, u64 now) {
-    // (HIP's events are not recorded by any probe yet: hipEventSynchronize finds none.)
     if (call == SYNC_CUDA_EVENT || call == SYNC_CU_EVENT || call == SYNC_HIP_EVENT)
         event_done(t, tgid, arg, now, COMPLETION_EVENT);
     else if (call == SYNC_CUDA_STREAM || call == SYNC_CU_STREAM || call == SYNC_HIP_STREAM)
@@ -1207,7 +1206,9 @@ static __always_inline void finish(struct pt_regs *ctx, u32 tgid, struct frame *
                 what = read_u64(what + CHILD_GRAPH_OFF);
         }
         if (type == GRAPH_NODE_KERNEL) {
-            u64 kernel = read_u64(what + KNODE_FUNC_OFF);
+            // (hipKernelNodeParams has the handle after the block size and `extra`)
+            u64 kernel = read_u64(what + (COOKIE_HIP(f->cookie) ? HIP_KNODE_FUNC_OFF
+                                                                : KNODE_FUNC_OFF));
             // A driver kernel node names its CUkernel when its CUfunction is NULL (the
             // plain cuGraphAddKernelNode's struct has no kern: a NULL func fails there).
             if (!kernel && api == API_DRIVER)
@@ -1685,6 +1686,8 @@ KEEP_ARGS(graph_exec_destroy, OP_GRAPH_EXEC_DESTROY)
 // and flags), hipLaunchCooperativeKernel and the _spt variants: cudaLaunchKernel's layout.
 // The function address is the kernel's handle (a variable hipcc names after the kernel).
 ENTRY_FILLED(hip_launch, OP_LAUNCH, 0, COOKIE_HIP_BIT, rt_launch_fill)
+// The _spt launches: a NULL stream is the thread's default stream (the cookie says so).
+ENTRY_FILLED(hip_launch_spt, OP_LAUNCH, 0, COOKIE_HIP_BIT | COOKIE_PTSZ_BIT, rt_launch_fill)
 // hipModuleLaunchKernel(hipFunction_t f, unsigned gridDimX, ..., blockDimZ, unsigned
 // sharedMemBytes, hipStream_t stream, void **kernelParams, void **extra) and
 // hipModuleLaunchCooperativeKernel: cuLaunchKernel's layout.

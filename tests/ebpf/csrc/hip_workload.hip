@@ -28,6 +28,8 @@ __global__ void vecAdd(float *a, const float *b, int n) {
 __global__ void cooperative_kernel(int *x) { x[threadIdx.x] = 0; }
 __global__ void graph_step(float *a) { a[threadIdx.x] *= 2; }
 __global__ void newer_launch(int *x) { x[0] = 2; }
+__global__ void explicit_node(int *x) { x[0] = 3; }
+__global__ void added_node(int *x) { x[0] = 4; }
 
 // ROCm 6.5's launch configuration structs (this program is built against 5.2's headers
 // and finds the 6.5 calls at run time, as an application built for several releases does).
@@ -129,12 +131,49 @@ int main(int argc, char **argv) {
   check(hipGraphLaunch(exec, s), "hipGraphLaunch");
   check(hipGraphLaunch(exec, s), "hipGraphLaunch");
 
+  // A graph built node by node: hipGraphAddKernelNode, and ROCm 6.2's hipGraphAddNode
+  // where the library has it (its struct as 6.2's header lays it out).
+  struct NodeParams {
+    int type;  // hipGraphNodeTypeKernel: 0 from ROCm 6.0 on
+    int reserved0[3];
+    union { long long reserved1[29]; hipKernelNodeParams kernel; };
+    long long reserved2;
+  };
+  typedef hipError_t (*AddNode)(hipGraphNode_t *, hipGraph_t, const hipGraphNode_t *, size_t,
+                                NodeParams *);
+  hipGraph_t built;
+  hipGraphExec_t built_exec;
+  hipGraphNode_t node;
+  hipKernelNodeParams kp = {};
+  kp.blockDim = dim3(32);
+  kp.gridDim = dim3(2);
+  kp.func = reinterpret_cast<void *>(explicit_node);
+  kp.kernelParams = args;
+  check(hipGraphCreate(&built, 0), "hipGraphCreate");
+  check(hipGraphAddKernelNode(&node, built, nullptr, 0, &kp), "hipGraphAddKernelNode");
+  AddNode add_node = (AddNode)dlsym(RTLD_DEFAULT, "hipGraphAddNode");
+  if (add_node) {
+    NodeParams np = {};
+    np.type = 0;
+    np.kernel = kp;
+    np.kernel.func = reinterpret_cast<void *>(added_node);
+    check(add_node(&node, built, nullptr, 0, &np), "hipGraphAddNode");
+  }
+  check(hipGraphInstantiate(&built_exec, built, nullptr, nullptr, 0), "hipGraphInstantiate");
+  check(hipGraphLaunch(built_exec, s), "hipGraphLaunch");
+
   hipEvent_t ev;
   check(hipEventCreate(&ev), "hipEventCreate");
   check(hipEventRecord(ev, s), "hipEventRecord");
   check(hipStreamSynchronize(s), "hipStreamSynchronize");
   check(hipStreamSynchronize(s), "hipStreamSynchronize");
   check(hipEventSynchronize(ev), "hipEventSynchronize");
+  // Completion points: done by now (ready, idle), so no hipErrorNotReady here.
+  float ms = 0;
+  check(hipEventQuery(ev), "hipEventQuery");
+  check(hipStreamQuery(s), "hipStreamQuery");
+  check(hipEventElapsedTime(&ms, ev, ev), "hipEventElapsedTime");
+  check(hipEventDestroy(ev), "hipEventDestroy");
   check(hipDeviceSynchronize(), "hipDeviceSynchronize");
   printf("failures %d\ndone\n", failures);
   return 0;
