@@ -8,7 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.ebpf.conftest import cuda_build  # noqa: F401 - the fake CUDA build, shared
+from tests.ebpf.conftest import (
+    cuda_build,  # noqa: F401 - the fake CUDA build, shared
+    hip_build,  # noqa: F401 - the fake HIP build, shared
+)
 from tests.fake_nvml import scenario as fake
 
 NO_DEVICES = {"LD_LIBRARY_PATH": "/nonexistent", "GPU_EXPORTER_PATH_SYSFS": "/nonexistent"}

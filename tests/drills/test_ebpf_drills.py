@@ -1,5 +1,6 @@
 """eBPF drills with real uprobes on the fake CUDA libraries (tests/ebpf builds them):
-a traced process killed in the middle of its calls, 1,000 short-lived processes, and a
+a traced process killed in the middle of its calls, 1,000 short-lived processes, 1,000
+HIP processes mapping libamdhip64 at once, and a
 process that launches more distinct kernels than the counter map holds, one that
 builds more CUDA graphs than are kept, one that builds more graphs than the event buffer
 holds while the exporter is stopped, and one that updates an executable graph more
@@ -11,6 +12,7 @@ the rest of the issue's eBPF drills. Needs root, bcc and kernel headers, as CI h
 from __future__ import annotations
 
 import concurrent.futures
+import os
 import signal
 import subprocess
 import time
@@ -19,8 +21,10 @@ from contextlib import contextmanager
 
 from gpu_exporter.sources.ebpf import abi
 from tests.ebpf.conftest import (
+    HIP_LIB,
     Build,
     Workload,
+    attached,
     copy_program,
     only_ebpf_args,
     wait_attached,
@@ -29,6 +33,7 @@ from tests.ebpf.conftest import (
 from tests.helpers import Exporter, Series, eventually, exporter, find, parse
 
 SHORT_LIVED, LAUNCHES_EACH = 1000, 3
+HIP_CROWD, HIP_CROWD_LAUNCHES = 1000, 5  # HIP processes mapping the library at once
 FLOOD_KERNELS = 70_000  # distinct kernels in one process, past the 65,536-entry map
 GRAPH_FLOOD = abi.GRAPHS_MAX + 1000  # one-kernel graphs in one process, past the cap
 # More one-kernel graphs than the event buffer holds: 176 bytes of events each (create,
@@ -122,6 +127,64 @@ def test_thousand_short_lived_processes(cuda_build: Build) -> None:
         assert dropped(series, "stats_map_full") == 0
         # Their map entries were folded and freed: the next scrape is the same.
         assert launches(_healthy(exp), "short_lived") == SHORT_LIVED * LAUNCHES_EACH
+
+
+def test_thousand_processes_mapping_the_hip_library_at_once(hip_build: Build) -> None:
+    """Issue #23's bad input: 1,000 processes mapping libamdhip64 at the same time (the
+    fake, built by hipcc). The file is probed once; every launch of every process is
+    counted, exactly; nothing a map must hold at this size is dropped, and what the
+    burst of execs and mappings overflows (the process event buffer) is counted, never
+    fatal; the exporter stays healthy, and the library is detached once they and the
+    holder have exited."""
+    exe = copy_program(hip_build, "hip_many", "hip_thousand")
+    lib = hip_build.path(HIP_LIB)
+    args = [*only_ebpf_args(), "--collector.ebpf", "--ebpf.rescan-interval=0.2",
+            "--scrape.timeout=30"]
+    with exporter(args) as exp:
+        holder = Workload([hip_build.path("hip_launch_loop"), "hip", "0"])
+        crowd: list[subprocess.Popen[bytes]] = []
+        read_end, write_end = os.pipe()
+        try:
+            wait_until(lambda: lib in attached(exp), f"probes on {lib}")
+            # All of them block reading the one pipe: released together when it closes.
+            for _ in range(HIP_CROWD):
+                crowd.append(subprocess.Popen([exe, str(HIP_CROWD_LAUNCHES)], stdin=read_end,
+                                              stdout=subprocess.DEVNULL,
+                                              stderr=subprocess.DEVNULL))
+            os.close(read_end)
+            read_end = -1
+            # Scraped while all of them map the library: healthy, the file probed once.
+            assert attached(exp) >= {lib}
+            _healthy(exp)
+            os.close(write_end)
+            write_end = -1
+            deadline = time.monotonic() + 120
+            for p in crowd:
+                assert p.wait(max(1.0, deadline - time.monotonic())) == 0
+        finally:
+            for fd in (read_end, write_end):
+                if fd >= 0:
+                    os.close(fd)
+            for p in crowd:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+            holder.proc.kill()
+            holder.proc.wait()
+        want = HIP_CROWD * HIP_CROWD_LAUNCHES
+        eventually(lambda: launches(_healthy(exp), "hip_thousand") == want, 60,
+                   f"the crowd's {want} launches")
+        series = _healthy(exp)
+        for reason in ("stats_map_full", "threads_map_full", "pending_map_full",
+                       "event_buffer_full"):
+            assert dropped(series, reason) == 0, reason
+        print("process events dropped in the burst:",
+              dropped(series, "process_event_buffer_full"))
+        assert find(series, "gpu_exporter_ebpf_events_dropped_total",
+                    reason="process_event_buffer_full")
+        # Every process gone: the file's probes are detached (within two rescans).
+        eventually(lambda: lib not in attached(exp), 60, f"{lib} detached")
+        assert launches(_healthy(exp), "hip_thousand") == want
 
 
 def test_counter_map_filled_past_capacity(cuda_build: Build) -> None:

@@ -267,6 +267,7 @@ def build_hip_into(out: Path) -> Build:
     run([*hip, "-o", "hip_launch_loop", str(CSRC / "hip_launch_loop.hip")], amd)  # (bench)
     run([*hip, "-o", "hip_devices", str(CSRC / "hip_devices.hip"), "-ldl"], amd)
     run([*hip, "-o", "hip_completion", str(CSRC / "hip_completion.hip")], amd)
+    run([*hip, "-o", "hip_many", str(CSRC / "hip_many.hip")], amd)  # (the drill of 1,000)
     # The runtime stripped (only its dynamic symbols left), beside a copy of the workload.
     (out / "stripped").mkdir(exist_ok=True)
     shutil.copy2(out / HIP_LIB, out / "stripped" / HIP_LIB)

@@ -91,6 +91,8 @@ def test_calls_failing_without_a_gpu_are_errors_by_name(run: Run) -> None:
         ("hipMalloc", e): 2, ("hipMallocManaged", e): 1, ("hipHostMalloc", e): 1,
         ("hipExtMallocWithFlags", e): 1, ("hipMemcpy", e): 3, ("hipMemcpyHtoD", e): 1,
         ("hipMemcpyDtoD", e): 1, ("hipMemcpy2D", e): 1, ("hipMemcpyAsync", e): 1,
+        ("hipMemcpyToSymbol", e): 1, ("hipMemcpyFromSymbol", e): 1,
+        ("hipMemcpyToSymbolAsync", e): 1,
         ("hipLaunchCooperativeKernel", e): 1,
         ("hipExtLaunchKernel", e): 1, ("hipModuleGetFunction", e): 2,
         ("hipModuleLaunchKernel", e): 2, ("hipExtModuleLaunchKernel", e): 1,

@@ -608,6 +608,10 @@ EV_HIP_DEVICE_PCI: Final = 40  # id = a device ordinal, target = domain << 32 | 
 # CUDA's layout: the type (hipGraphNodeTypeKernel 0, hipGraphNodeTypeGraph 4 from ROCm
 # 6.0 on; 5.2's enum had 1 and 5, but no hipGraphAddNode), the union at byte 16.
 HIP_KNODE_FUNC_OFF: Final = 24
+# hipMemcpyToSymbol / hipMemcpyFromSymbol[Async](dst or symbol, src or symbol, size_t bytes,
+# size_t offset, hipMemcpyKind kind[, stream]): the kind is the 5th argument (a probe's
+# `pos`), the bytes the 3rd as in hipMemcpy.
+SYMBOL_COPY_KIND_ARG: Final = 5
 HIP_PROPS_R0000: Final = 0
 HIP_PROPS_R0600: Final = 1
 HIP_PROPS_R0000_PCI_OFF: Final = 364
@@ -668,6 +672,13 @@ HIP_PROBES: Final[tuple[Probe, ...]] = (
           pos=RT_2D_ARRAY_TO_ARRAY_WIDTH_ARG),
     *_hip("hipMemcpy3D", "copy_3d", MEMCPY_FROM_ARGS, SPT, pos=RT_3D),
     *_hip("hipMemcpy3DAsync", "copy_3d", MEMCPY_FROM_ARGS, SPT, spt_since="5.3", pos=RT_3D),
+    # Copies to and from a __device__ variable: the kind is their 5th argument.
+    *_hip("hipMemcpyToSymbol", "copy", MEMCPY_FROM_ARGS, SPT, pos=SYMBOL_COPY_KIND_ARG),
+    *_hip("hipMemcpyToSymbolAsync", "copy", MEMCPY_FROM_ARGS, SPT, spt_since="5.3",
+          pos=SYMBOL_COPY_KIND_ARG),
+    *_hip("hipMemcpyFromSymbol", "copy", MEMCPY_FROM_ARGS, SPT, pos=SYMBOL_COPY_KIND_ARG),
+    *_hip("hipMemcpyFromSymbolAsync", "copy", MEMCPY_FROM_ARGS, SPT, spt_since="5.3",
+          pos=SYMBOL_COPY_KIND_ARG),
     # Allocations.
     *_hip("hipMalloc", "alloc", MEM_DEVICE),
     *_hip("hipExtMallocWithFlags", "alloc", MEM_DEVICE),

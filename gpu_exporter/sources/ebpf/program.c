@@ -1496,7 +1496,13 @@ static __always_inline void check_kind(struct frame *f) {
 // cuMemcpy*(dst, src, size_t bytes[, stream]): the kind is in the function's name.
 ENTRY(copy, OP_COPY, PROBE_COOKIE) {
     f->a = PT_REGS_PARM3(ctx);
-    f->b = PT_REGS_PARM4(ctx) & 0xffffffff;
+    // hipMemcpyToSymbol / hipMemcpyFromSymbol[Async](dst or symbol, src or symbol, size_t
+    // bytes, size_t offset, hipMemcpyKind kind[, stream]): the kind is the fifth (the
+    // probe's COOKIE_POS). Both read, then one chosen (no context access at a computed
+    // offset for the verifier).
+    u64 fourth = PT_REGS_PARM4(ctx), fifth = PT_REGS_PARM5(ctx);
+    asm volatile("" : "+r"(fourth), "+r"(fifth));
+    f->b = (COOKIE_POS(f->cookie) == SYMBOL_COPY_KIND_ARG ? fifth : fourth) & 0xffffffff;
     if (COOKIE_ARG(f->cookie) == MEMCPY_FROM_ARGS)
         check_kind(f);
 }

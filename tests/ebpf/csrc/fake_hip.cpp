@@ -150,6 +150,12 @@ EXPORT void __hipRegisterFunction(void **modules, const void *hostFunction, char
   (void)threadLimit; (void)tid; (void)bid; (void)blockDim; (void)gridDim; (void)wSize;
 }
 EXPORT void __hipUnregisterFatBinary(void **modules) { (void)modules; }
+/* A __device__ variable: its host shadow is what hipMemcpyToSymbol is given. */
+EXPORT void __hipRegisterVar(void **modules, void *var, char *hostVar, char *deviceVar, int ext,
+                             size_t size, int constant, int global) {
+  (void)modules; (void)var; (void)hostVar; (void)deviceVar; (void)ext; (void)size;
+  (void)constant; (void)global;
+}
 EXPORT hipError_t __hipPushCallConfiguration(dim3 gridDim, dim3 blockDim, size_t sharedMem,
                                              hipStream_t stream) {
   if (config_depth >= 8) return hipErrorInvalidConfiguration;
@@ -377,6 +383,15 @@ EXPORT hipError_t hipMemcpyDtoHAsync(void *d, hipDeviceptr_t s, size_t n, hipStr
   (void)st; COPY("hipMemcpyDtoHAsync", d, s, n) }
 EXPORT hipError_t hipMemcpyPeer(void *d, int dd, const void *s, int sd, size_t n) {
   (void)dd; (void)sd; COPY("hipMemcpyPeer", d, s, n) }
+EXPORT hipError_t hipMemcpyToSymbol(const void *sym, const void *s, size_t n, size_t off,
+                                    hipMemcpyKind k) {
+  (void)k; COPY("hipMemcpyToSymbol", (char *)sym + off, s, n) }
+EXPORT hipError_t hipMemcpyToSymbolAsync(const void *sym, const void *s, size_t n, size_t off,
+                                         hipMemcpyKind k, hipStream_t st) {
+  (void)k; (void)st; COPY("hipMemcpyToSymbolAsync", (char *)sym + off, s, n) }
+EXPORT hipError_t hipMemcpyFromSymbol(void *d, const void *sym, size_t n, size_t off,
+                                      hipMemcpyKind k) {
+  (void)k; COPY("hipMemcpyFromSymbol", d, (const char *)sym + off, n) }
 EXPORT hipError_t hipMemcpy2D(void *d, size_t dp, const void *s, size_t sp, size_t w, size_t h,
                               hipMemcpyKind k) {
   FAIL_IF("hipMemcpy2D"); (void)k;

@@ -29,6 +29,7 @@ __global__ void cooperative_kernel(int *x) { x[threadIdx.x] = 0; }
 __global__ void graph_step(float *a) { a[threadIdx.x] *= 2; }
 __global__ void newer_launch(int *x) { x[0] = 2; }
 __global__ void explicit_node(int *x) { x[0] = 3; }
+__device__ float table[16];
 __global__ void added_node(int *x) { x[0] = 4; }
 
 // ROCm 6.5's launch configuration structs (this program is built against 5.2's headers
@@ -76,6 +77,13 @@ int main(int argc, char **argv) {
   check(hipMemcpyDtoD((hipDeviceptr_t)b, (hipDeviceptr_t)a, 64), "hipMemcpyDtoD");
   check(hipMemcpy2D(b, 32, a, 32, 16, 4, hipMemcpyDeviceToDevice), "hipMemcpy2D");
   check(hipMemcpyAsync(a, src, 200, hipMemcpyHostToDevice, 0), "hipMemcpyAsync");
+  // To and from a __device__ variable: the kind their 5th argument (DeviceToDevice given).
+  check(hipMemcpyToSymbol(HIP_SYMBOL(table), src, 16, 0, hipMemcpyHostToDevice),
+        "hipMemcpyToSymbol");
+  check(hipMemcpyFromSymbol(dst, HIP_SYMBOL(table), 8, 4, hipMemcpyDeviceToHost),
+        "hipMemcpyFromSymbol");
+  check(hipMemcpyToSymbolAsync(HIP_SYMBOL(table), a, 32, 0, hipMemcpyDeviceToDevice, 0),
+        "hipMemcpyToSymbolAsync");
 
   for (int i = 0; i < count; i++) vecAdd<<<dim3(4, 2, 1), dim3(64, 1, 1)>>>(a, b, 10);
   check(hipGetLastError(), "vecAdd<<<>>>");
