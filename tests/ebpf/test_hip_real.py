@@ -81,6 +81,20 @@ def test_device_properties_layout_is_the_real_headers(tmp_path: Path) -> None:
     assert measured == device_prop_offsets()["R0000"]
 
 
+def test_kernel_node_params_layout_is_the_real_headers(tmp_path: Path) -> None:
+    """hipGraphAddKernelNode's kernel handle is read where the installed ROCm 5.2 header
+    puts hipKernelNodeParams' func (6.x's and 7.x's headers keep the layout:
+    tests/fixtures/hip/README.md)."""
+    src = tmp_path / "knode.cpp"
+    src.write_text("#include <hip/hip_runtime_api.h>\n#include <stddef.h>\n#include <stdio.h>\n"
+                   "int main() { printf(\"%zu\", offsetof(hipKernelNodeParams, func)); }\n")
+    exe = tmp_path / "knode"
+    subprocess.run([require_tool("g++"), "-D__HIP_PLATFORM_AMD__", "-o", str(exe), str(src)],
+                   check=True, timeout=120)
+    out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout
+    assert int(out) == abi.HIP_KNODE_FUNC_OFF
+
+
 def test_calls_failing_without_a_gpu_are_errors_by_name(run: Run) -> None:
     # Each call the program makes fails with hipErrorInvalidDevice (101) and is counted
     # once, under the call it made (a call the library makes inside it is not counted).
