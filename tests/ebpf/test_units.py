@@ -213,7 +213,8 @@ def test_cookies_say_which_call_and_which_side() -> None:
         assert (c & 0xFFFF, c >> 16 & 0xFF, c >> 24 & 1, c >> 25 & 0x1F) == (
             i, p.arg, int(p.driver), p.pos)
         assert c >> 30 & 1 == int(p.hip) == int(p in abi.HIP_PROBES)
-        assert c >> 31 == int(p.symbol.endswith("_ptsz"))
+        # a per-thread stream entry point: CUDA's _ptsz, HIP's _spt
+        assert c >> 31 == int(p.symbol.endswith("_ptsz" if not p.hip else "_spt"))
         assert c < 1 << 32  # a frame keeps it in 32 bits
         if not p.hip:
             assert p.driver == (p in abi.DRIVER_PROBES) == bool(re.match(r"cu[A-Z]", p.symbol))
