@@ -9,8 +9,10 @@
 //                                 stream, k_waiter on B; hipDeviceSynchronize
 //   hip_completion stream_query N N loops of q_kernel on A, polled with hipStreamQuery
 //   hip_completion per_thread N   N loops of t_spt launched by hipLaunchKernel_spt on a NULL
-//                                 stream, polled with hipStreamQuery_spt(NULL): both the
-//                                 thread's default stream
+//                                 stream (the thread's default stream), polled with
+//                                 hipStreamQuery(hipStreamPerThread); then k_null on the
+//                                 null stream, hipStreamQuery_spt(NULL) polled (the
+//                                 thread's stream: not k_null's), hipDeviceSynchronize
 //   hip_completion waits N        N loops of: k_first on A, eA recorded; B waits on eA
 //                                 (hipStreamWaitEvent), k_after on B, eB recorded; eA
 //                                 polled (not ready while k_first runs); eB synchronised
@@ -39,6 +41,7 @@ __global__ void k_first(int *x) { x[0] = 1; }
 __global__ void k_after(int *x) { x[0] = 1; }
 __global__ void k_el(int *x) { x[0] = 1; }
 __global__ void k_gone(int *x) { x[0] = 1; }
+__global__ void k_null(int *x) { x[0] = 1; }
 
 #define CHECK(call)                                                          \
   do {                                                                       \
@@ -93,13 +96,21 @@ static void stream_query(int n) {
 static void per_thread(int n) {
   void *args[] = {&buf};
   for (int i = 0; i < n; i++) {
-    // As hipcc -fgpu-default-stream=per-thread makes <<<>>> call it: a NULL stream.
+    // As hipcc -fgpu-default-stream=per-thread makes <<<>>> call it: a NULL stream, the
+    // thread's own; polled under its other name, hipStreamPerThread.
     CHECK(hipLaunchKernel_spt(reinterpret_cast<const void *>(t_spt), dim3(1), dim3(32), args,
                               0, nullptr));
     hipError_t rc;
-    while ((rc = hipStreamQuery_spt(nullptr)) == hipErrorNotReady) sched_yield();
+    while ((rc = hipStreamQuery(hipStreamPerThread)) == hipErrorNotReady) sched_yield();
     CHECK(rc);
   }
+  // The null stream is another: k_null there is not covered by the thread's stream
+  // going idle (hipStreamQuery_spt of NULL), only by the device synchronise.
+  k_null<<<1, 32>>>(buf);
+  hipError_t rc;
+  while ((rc = hipStreamQuery_spt(nullptr)) == hipErrorNotReady) sched_yield();
+  CHECK(rc);
+  CHECK(hipDeviceSynchronize());
 }
 
 static void waits(int n) {
