@@ -33,9 +33,11 @@ CALLS = {  # documented name: the ctypes call, on the runtime (rt) or the driver
     "cudaEventRecord": "rt.cudaEventRecord(None, None)",
     "cudaEventSynchronize": "rt.cudaEventSynchronize(None)",
     "cudaEventElapsedTime": "rt.cudaEventElapsedTime(ctypes.byref(f), None, None)",
+    "cudaStreamDestroy": "rt.cudaStreamDestroy(None)",
     "cuEventQuery": "cu.cuEventQuery(None)",
     "cuEventDestroy": "cu.cuEventDestroy_v2(None)",
     "cuEventElapsedTime": "cu.cuEventElapsedTime(ctypes.byref(f), None, None)",
+    "cuStreamDestroy": "cu.cuStreamDestroy_v2(None)",
 }
 
 

@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 
 from gpu_exporter import catalogue as c
 from gpu_exporter import flagtypes
@@ -50,8 +49,8 @@ from gpu_exporter.sources.nvml.stack import DEVFS, Session, StackBusy
 from gpu_exporter.sources.procfs import fdinfo
 from gpu_exporter.sources.procfs.nvidia_driver import read_driver_gpus
 from gpu_exporter.sources.procfs.procinfo import ProcessInfo, ProcessTable
-from gpu_exporter.sources.sysfs.pci import normalize_pci_address
-from gpu_exporter.sources.sysfs.sysfs import Unreadable, read_uevent
+from gpu_exporter.sources.sysfs.pci import drm_card_addresses
+from gpu_exporter.sources.sysfs.sysfs import Unreadable
 
 SOCKET_OPTION = Option(
     "processes.kubelet-socket", str, DEFAULT_SOCKET,
@@ -486,17 +485,9 @@ class ProcessesCollector(Collector):
             usage.setdefault((client.pci_address, client.pid), _Usage()).add(u)
 
 
-def _drm_gpus(sysfs: str) -> set[str]:
+def _drm_gpus(sysfs: str) -> frozenset[str]:
     """PCI addresses of the DRM cards of drivers with fdinfo clients (amdgpu, i915, xe)."""
-    out = set()
-    for card in Path(sysfs, "class", "drm").glob("card[0-9]*"):
-        if "-" in card.name:
-            continue  # a connector (card0-DP-1)
-        uevent = read_uevent(card / "device" / "uevent")
-        pci = normalize_pci_address(uevent.get("PCI_SLOT_NAME", ""))
-        if uevent.get("DRIVER") in fdinfo.DRIVERS and pci:
-            out.add(pci)
-    return out
+    return drm_card_addresses(sysfs, fdinfo.DRIVERS)
 
 
 def _identity(pid: int, infos: Mapping[int, ProcessInfo]) -> tuple[int, int | None]:

@@ -68,7 +68,8 @@ def run(cuda_build: Build) -> Iterator[Run]:
                 "lower": Workload([program, "lower", str(LOWER_LOOPS)]),
                 "odd": Workload([program, "odd", "1"]),
                 "waits": Workload([program, "waits", str(LOWER_LOOPS)]),
-                "elapsed": Workload([program, "elapsed", str(LOOPS)])}
+                "elapsed": Workload([program, "elapsed", str(LOOPS)]),
+                "reuse": Workload([program, "reuse", str(LOWER_LOOPS)])}
         wait_attached(exp, cuda_build.dir)
         for w in work.values():
             w.go()
@@ -86,7 +87,8 @@ def run(cuda_build: Build) -> Iterator[Run]:
                     and sum(r.durations("waits", "count").values()) >= 2 * LOWER_LOOPS
                     and find(r.series, "gpu_stream_wait_bound_seconds_count",
                              process_pid=pids["waits"])
-                    and sum(r.durations("elapsed", "count").values()) >= 3 * LOOPS)
+                    and sum(r.durations("elapsed", "count").values()) >= 3 * LOOPS
+                    and sum(r.durations("reuse", "count").values()) >= 2 * LOWER_LOOPS)
             return r if done else None
 
         # The last samples are counted when the event loop has read the kernels' names.
@@ -182,6 +184,22 @@ def test_stream_waits_counted_and_bounded(run: Run) -> None:
     assert LOWER_LOOPS * FIRST_S * 0.99 <= total <= LOWER_LOOPS * (FIRST_S + SLACK_S)
     # The other workloads made no wait.
     assert not find(run.series, "gpu_stream_waits_total", process_pid=run.pids["issue"])
+
+
+def test_a_destroyed_streams_handle_given_again_starts_afresh(run: Run) -> None:
+    # k_gone (2 s) is left running on a stream destroyed (cudaStreamDestroy); the next
+    # stream created is given the same handle. k_new there is bounded by its own event
+    # (20 ms), not grouped with k_gone, whose completion that event does not show:
+    # k_gone waits for the device synchronise, which does wait for it (sync_fallback),
+    # and its bound is not below its 2 s.
+    assert run.durations("reuse", "count") == {("k_gone", "sync_fallback"): LOWER_LOOPS,
+                                               ("k_new", "event"): LOWER_LOOPS}
+    sums = run.durations("reuse", "sum")
+    assert sums[("k_gone", "sync_fallback")] >= LOWER_LOOPS * FIRST_S
+    assert run.bucket("reuse", "k_new", BELOW_KERNEL) == 0
+    assert sums[("k_new", "event")] < LOWER_LOOPS * FIRST_S / 2
+    # The destroys are calls that succeeded: no error.
+    assert not find(run.series, "gpu_cuda_errors_total", process_pid=run.pids["reuse"])
 
 
 def test_odd_uses_of_events_give_no_wrong_bound(run: Run) -> None:

@@ -35,7 +35,7 @@ class Shape(ctypes.Structure):
     _fields_ = (("grid", ctypes.c_uint64 * abi.GRID_SLOTS),
                 ("block", ctypes.c_uint64 * abi.BLOCK_SLOTS),
                 ("grid_sum", ctypes.c_uint64), ("block_sum", ctypes.c_uint64),
-                ("unused", ctypes.c_uint64), ("tgid", ctypes.c_uint32),
+                ("epoch", ctypes.c_uint64), ("tgid", ctypes.c_uint32),
                 ("pad", ctypes.c_uint32), ("launches", LSlot * abi.LAUNCH_SLOTS))
 
 

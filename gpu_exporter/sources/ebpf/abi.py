@@ -163,6 +163,7 @@ OP_EVENT_QUERY: Final = 26  # (issue #27) cudaEventQuery / cuEventQuery
 OP_STREAM_QUERY: Final = 27
 OP_EVENT_DESTROY: Final = 28
 OP_EVENT_ELAPSED: Final = 29  # cudaEventElapsedTime(float *ms, start, end)
+OP_STREAM_DESTROY: Final = 30  # cudaStreamDestroy / cuStreamDestroy_v2: its state retired
 
 EV_NEW_KEY: Final = 1
 EV_HANDLE_NAME: Final = 2  # id = CUfunction/CUkernel, name = its (mangled) name
@@ -492,6 +493,7 @@ RUNTIME_PROBES: Final[tuple[Probe, ...]] = _per_thread_launches((
     *_rt("cudaStreamQuery", "stream_query", 0, PTSZ),
     *_rt("cudaEventDestroy", "event_destroy"),
     *_rt("cudaEventElapsedTime", "event_elapsed"),
+    *_rt("cudaStreamDestroy", "stream_destroy"),
 ))
 
 DRIVER_PROBES: Final[tuple[Probe, ...]] = _per_thread_launches((
@@ -571,6 +573,7 @@ DRIVER_PROBES: Final[tuple[Probe, ...]] = _per_thread_launches((
     *_drv("cuStreamQuery", "stream_query", 0, PTSZ),
     *_drv("cuEventDestroy_v2", "event_destroy"),
     *_drv("cuEventElapsedTime", "event_elapsed"),
+    *_drv("cuStreamDestroy_v2", "stream_destroy"),
 ))
 
 
@@ -788,6 +791,9 @@ COUNTS: Final[dict[str, str]] = {
     "stream_query": "no count: a completion point: success bounds the kernels launched on "
                     "the stream; *not ready* is not an error",
     "event_destroy": "no count: the event's completion state is forgotten",
+    "stream_destroy": "no count: the stream's completion state is retired (its launches "
+                      "not yet covered are left to a device synchronise), so that a new "
+                      "stream given the same handle starts afresh",
     "event_elapsed": "`gpu_kernel_elapsed_seconds`, when the span between the two events "
                      "holds exactly one launch (recorded back to back on one stream)",
     "stream_wait": "no count: a stream that waits on a captured event joins the capture",

@@ -14,12 +14,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from pathlib import Path
 
 from gpu_exporter.sources.ebpf.reading import NvmlView
 from gpu_exporter.sources.procfs.fdinfo import DrmClient
-from gpu_exporter.sources.sysfs.pci import normalize_pci_address
-from gpu_exporter.sources.sysfs.sysfs import read_uevent
+from gpu_exporter.sources.sysfs.pci import drm_card_addresses
 
 AMDGPU = "amdgpu"
 HIP_RUNTIME = "libamdhip64"
@@ -32,15 +30,7 @@ def is_hip_runtime(path: str) -> bool:
 
 def amd_cards(sysfs: str) -> frozenset[str]:
     """PCI addresses of the cards the amdgpu driver has: none, no fdinfo walk."""
-    out = set()
-    for card in Path(sysfs, "class", "drm").glob("card[0-9]*"):
-        if "-" in card.name:
-            continue  # a connector (card0-DP-1)
-        uevent = read_uevent(card / "device" / "uevent")
-        pci = normalize_pci_address(uevent.get("PCI_SLOT_NAME", ""))
-        if uevent.get("DRIVER") == AMDGPU and pci:
-            out.add(pci)
-    return frozenset(out)
+    return drm_card_addresses(sysfs, (AMDGPU,))
 
 
 def amd_view(clients: Iterable[DrmClient]) -> NvmlView:

@@ -58,6 +58,10 @@ struct tstate {
     u32 pushed;  // contexts pushed (cuCtxPushCurrent) and not popped
     u32 tgid;  // the thread's process, kept so that a return needs no helper call for it
     u32 slot;  // the process's slot in `shapes`, + 1 (0: not looked up yet)
+    // The stream of this thread's last launch (launch_hint()) and its process's `epoch`
+    // + 1 when that launch joined the stream's open group (0: no hint).
+    u64 hint_stream;
+    u64 hint_epoch;
     u64 key;  // in `fast_threads`: the owning thread's key (regs_key), 0 while free
 };
 
@@ -104,7 +108,10 @@ struct shape {
     u64 block[BLOCK_SLOTS];
     u64 grid_sum;
     u64 block_sum;
-    u64 unused;
+    // Bumped each time one of the process's open groups may have been emptied (sealed,
+    // closed, its stream's state freed): a thread whose last launch joined an open group
+    // since knows that group still has its first launch (launch_hint()).
+    u64 epoch;
     u32 tgid;  // the process holding the slot; 0 while the slot is free
     u32 pad;
     struct lslot launches[LAUNCH_SLOTS];
@@ -404,6 +411,10 @@ struct sstate {
     // the next records' groups too when all are in use (complete with the last).
     struct group sealed[SEALED];
     u64 sealed_at[SEALED];  // the serial of the record that sealed each last
+    // The process's last serial when this state was made: a record or wait of a serial
+    // at or below it was made on an earlier stream of the same handle (one destroyed,
+    // its handle given to a new stream), and bounds nothing here.
+    u64 born;
     u32 dev;
     u32 pad;
 };
@@ -435,6 +446,9 @@ BPF_HASH(proc_streams, u32, struct plist, PROCS_MAX);
 BPF_ARRAY(zero_stream, struct sstate, 1);  // never written: a new state's value
 
 #define STREAM_KEY_LEGACY 1
+// A destroyed stream's state, kept (handle | this) until a device synchronise: see
+// stream_retired. Handles are user addresses, below 2^47.
+#define STREAM_KEY_RETIRED (1ULL << 63)
 
 // What a stream handle names: the legacy default stream (NULL, cudaStreamLegacy), the
 // calling thread's default stream (cudaStreamPerThread, or NULL in a _ptsz call), or a
@@ -489,6 +503,7 @@ static __always_inline struct sstate *stream_state(u32 tgid, u64 skey, u32 dev, 
         return 0;
     }
     s->dev = dev;
+    s->born = pl->serial;
     return s;
 }
 
@@ -506,14 +521,57 @@ static __always_inline void group_add(struct group *g, u64 tag, u64 n) {
     __sync_fetch_and_add(&g->other, n);
 }
 
-static __always_inline void group_launch(u32 tgid, u16 api, u64 id, u64 stream, u32 cookie,
-                                         u32 dev, u64 ts) {
-    struct sstate *s = stream_state(tgid, stream_key(stream, cookie), dev, 1);
-    if (!s)
+// --- the launch hint: a launch after the first of its group takes no clock read ---------
+// Only a group's first launch needs its entry time (the group's bound starts there). A
+// thread remembers the stream of its last launch and the process's `epoch` when that
+// launch joined the stream's open group; every place that may empty an open group (a
+// record or a wait sealing it, a completion point closing it, a stream's state freed)
+// bumps the epoch after doing so. While both still match, the group has its first launch
+// and the next launch on that stream skips bpf_ktime_get_ns (a helper call, about 20 ns
+// of a driver launch's programs on the CI VM). Names of one stream that differ (NULL and
+// cudaStreamLegacy) only cost the clock read.
+static __always_inline u64 hint_key(u64 stream, u32 cookie) {
+    return stream == 0 && (cookie & COOKIE_PTSZ_BIT) ? STREAM_PER_THREAD : stream;
+}
+
+// Whether a launch on `stream` can go without its entry time (launch entry programs).
+static __always_inline int launch_hinted(struct tstate *t, u64 stream, u32 cookie) {
+    if (!t->hint_epoch || t->hint_stream != hint_key(stream, cookie) || !t->slot)
+        return 0;
+    u32 slot = t->slot - 1;
+    struct shape *s = shapes.lookup(&slot);
+    return s && s->tgid == t->tgid && *(volatile u64 *)&s->epoch + 1 == t->hint_epoch;
+}
+
+// One of the process's open groups may have been emptied: the threads' hints are void.
+static __always_inline void open_emptied(struct tstate *t, u32 tgid) {
+    struct shape *s = shape_of(t, tgid, 0);
+    if (s)
+        __sync_fetch_and_add(&s->epoch, 1);
+}
+
+// A launch returned success: it joins its stream's open group (`sh`: its process's
+// shape value, 0 when it has none: no hint then).
+static __always_inline void group_launch(struct tstate *t, u32 tgid, u16 api, u64 id,
+                                         struct frame *f, u32 dev, struct shape *sh) {
+    struct sstate *s = stream_state(tgid, stream_key(f->d, f->cookie), dev, 1);
+    if (!s) {
+        t->hint_epoch = 0;
         return;
-    if (s->open.first == 0)
+    }
+    // The epoch read before the group's first (volatile: in this order): a group emptied
+    // after this read bumps the epoch past it, which voids the hint taken here.
+    u64 epoch = sh ? *(volatile u64 *)&sh->epoch : 0;
+    if (*(volatile u64 *)&s->open.first == 0) {
+        // No entry time (f->ts 0): the hint held at entry, and another thread's completion
+        // point emptied the group since; the return's time then (docs/ebpf.md: the race of
+        // threads on one stream, in which a bound may start after its kernel's launch).
+        u64 ts = f->ts ? f->ts : bpf_ktime_get_ns();
         __sync_val_compare_and_swap(&s->open.first, 0, ts);
+    }
     group_add(&s->open, (id & DURATION_OTHER_ID) | (u64)(api + 1) << 48, 1);
+    t->hint_stream = hint_key(f->d, f->cookie);
+    t->hint_epoch = sh ? epoch + 1 : 0;
 }
 
 // A group closed: its kernels' launch counts and its bound, on the `events` ring buffer
@@ -592,7 +650,8 @@ static __always_inline void raise_lower(struct group *g, u64 t) {
 }
 
 // A boundary on stream state `s` (a record, a wait): its open group sealed, and what is
-// launched after it comes after `serial`.
+// launched after it comes after `serial`. (The caller's call then bumps the process's
+// epoch: open_emptied, in finish(), which has the thread's state.)
 static __always_inline void seal(struct sstate *s, u64 serial) {
     if (s->open.first) {
         u32 into = SEALED, newest = 0;
@@ -729,7 +788,7 @@ static __always_inline void raise_after(u32 tgid, u64 skey, u64 serial, u64 t) {
     k.tgid = tgid;
     k.handle = skey;
     struct sstate *s = streams.lookup(&k);
-    if (!s)
+    if (!s || serial <= s->born)  // (a boundary on the handle's earlier stream)
         return;
     for (u32 i = 0; i < SEALED; i++)
         if (s->sealed[i].after >= serial)
@@ -779,6 +838,46 @@ static __always_inline void elapsed(u32 tgid, u32 dev, u64 ms_ptr, u64 start, u6
     events.ringbuf_submit(h, 0);
 }
 
+// cudaStreamDestroy(stream) / cuStreamDestroy_v2 returned success. The stream's work runs
+// on (a device synchronise still waits for it), and a stream created later may be given
+// the same handle: that one must not join the destroyed one's groups, nor be bounded by
+// its records. The state moves to a key of its own (handle | STREAM_KEY_RETIRED), its
+// place in the process's stream list with it, where only a device or context synchronise
+// finds and closes it (sync_fallback); the handle starts afresh. Events recorded on the
+// destroyed stream bound nothing any more (a looser bound, never a lower one). A second
+// destroy of the handle while the first's state waits: the second's launches get no
+// sample (pending_map_full).
+static __always_inline void stream_retired(u32 tgid, u64 stream) {
+    if (stream == 0 || stream == STREAM_LEGACY || stream == STREAM_PER_THREAD ||
+        (stream & (STREAM_KEY_RETIRED | PER_THREAD_KEY)))
+        return;  // not a created stream's handle (a destroy of these fails anyway)
+    struct gkey k = {};
+    k.tgid = tgid;
+    k.handle = stream;
+    struct sstate *s = streams.lookup(&k);
+    if (!s)
+        return;
+    u64 pending = s->open.first;
+    for (u32 i = 0; i < SEALED; i++)
+        pending |= s->sealed[i].first;
+    u64 to = 0;
+    if (pending) {
+        struct gkey rk = k;
+        rk.handle = stream | STREAM_KEY_RETIRED;
+        if (streams.insert(&rk, s) == 0)
+            to = rk.handle;
+        else
+            drop(DROP_PENDING_FULL);
+    }
+    streams.delete(&k);
+    struct plist *pl = proc_streams.lookup(&tgid);
+    if (!pl)
+        return;
+    for (u32 i = 0; i < PROC_STREAMS; i++)
+        if (pl->stream[i] == stream)
+            pl->stream[i] = to;
+}
+
 static __always_inline void event_forget(u32 tgid, u64 event) {
     struct gkey k = {};
     k.tgid = tgid;
@@ -824,8 +923,8 @@ static __always_inline void count_launch(u32 tgid, struct shape *s, u16 api, u64
 // A launch returned success: count it, its shape, and maybe start a duration sample.
 static __always_inline void launched(u32 tgid, u16 api, u64 id, u64 grid, u64 block,
                                      struct frame *f, u32 dev, struct tstate *t) {
-    group_launch(tgid, api, id, f->d, f->cookie, dev, f->ts);
     struct shape *s = shape_of(t, tgid, 1);
+    group_launch(t, tgid, api, id, f, dev, s);
     if (!s) {
         add(tgid, FAM_LAUNCH, api, id, 0, dev, 1);
         return;
@@ -1134,8 +1233,10 @@ static __always_inline void finish(struct pt_regs *ctx, u32 tgid, struct frame *
     case OP_EVENT_RECORD: {  // (event, stream[, flags])
         u64 c = f->counted ? capture_of(tgid, f->b) : 0;
         if (!c) {
-            if (f->counted)
+            if (f->counted) {
                 event_recorded(tgid, f->a, f->b, f->cookie, dev);
+                open_emptied(t, tgid);  // (the stream's open group sealed)
+            }
             break;
         }
         struct gkey k = {};
@@ -1149,6 +1250,7 @@ static __always_inline void finish(struct pt_regs *ctx, u32 tgid, struct frame *
         if (f->counted && !capture_of(tgid, f->a)) {
             wait_event(tgid, dev, 0, 0);  // counted, whether anything bounds it or not
             stream_waited(tgid, f->a, f->b, f->cookie, dev, f->ts);
+            open_emptied(t, tgid);  // (the waiting stream's open group sealed)
         }
         if (!f->counted || !captures_open())
             break;
@@ -1181,6 +1283,12 @@ static __always_inline void finish(struct pt_regs *ctx, u32 tgid, struct frame *
     case OP_EVENT_DESTROY:  // (event)
         if (f->counted)
             event_forget(tgid, f->a);
+        break;
+    case OP_STREAM_DESTROY:  // (stream)
+        if (f->counted) {
+            stream_retired(tgid, f->a);
+            open_emptied(t, tgid);
+        }
         break;
     case OP_EVENT_ELAPSED:  // (float *ms, start, end): a one-launch span's exact time
         if (f->counted)
@@ -1345,8 +1453,10 @@ int close_groups(struct pt_regs *ctx) {
         struct plist *pl = proc_streams.lookup(&tgid);
         if (!pl)
             goto stop;
-        if (gi == 0 && place > 0 && place <= PROC_STREAMS)
+        if (gi == 0 && place > 0 && place <= PROC_STREAMS) {
             free_place(pl, place - 1, tgid, t->close_dev);  // the one walked before
+            open_emptied(t, tgid);  // (its state may be freed)
+        }
         if (place >= PROC_STREAMS)
             goto stop;
         k.handle = pl->stream[place & (PROC_STREAMS - 1)];
@@ -1357,6 +1467,7 @@ int close_groups(struct pt_regs *ctx) {
     } else if (mode == CLOSE_STREAM && step == GROUPS) {
         // A step of its own: the stream's groups are all closed, its state freed.
         streams.delete(&k);
+        open_emptied(t, tgid);
         struct plist *pl = proc_streams.lookup(&tgid);
         if (pl)
             for (u32 i = 0; i < PROC_STREAMS; i++)
@@ -1381,6 +1492,8 @@ int close_groups(struct pt_regs *ctx) {
             goto next;
     }
     group_close(tgid, g, s->dev, t->close_done, t->close_completion);
+    if (gi == SEALED)
+        open_emptied(t, tgid);
 next:
     if (!t->close_mode)
         return 0;
@@ -1429,11 +1542,11 @@ static __always_inline u64 dim3_count(u64 xy, u64 z) {
 // The launch's entry time (f->ts) bounds its kernel's start: a kernel may start before
 // its launch call returns.
 ENTRY(rt_launch, OP_LAUNCH, 0) {
-    f->ts = bpf_ktime_get_ns();
     f->a = PT_REGS_PARM1(ctx);
     f->b = dim3_count(PT_REGS_PARM2(ctx), PT_REGS_PARM3(ctx));
     f->c = dim3_count(PT_REGS_PARM4(ctx), PT_REGS_PARM5(ctx));
     f->d = stack_arg(ctx, RT_LAUNCH_STREAM_STACK_SLOT);
+    f->ts = launch_hinted(t, f->d, f->cookie) ? 0 : bpf_ktime_get_ns();
 }
 // The _ptsz launches: a NULL stream is the thread's default stream (the cookie says so).
 ENTRY_FILLED(rt_launch_ptsz, OP_LAUNCH, 0, COOKIE_PTSZ_BIT, rt_launch_fill)
@@ -1463,7 +1576,6 @@ ENTRY(launch_ex, OP_LAUNCH, PROBE_COOKIE) {
 // the stack (read in one go). Also cuLaunchCooperativeKernel.
 ENTRY(drv_launch, OP_LAUNCH, COOKIE_DRIVER_BIT) {
     u64 stack[3] = {};
-    f->ts = bpf_ktime_get_ns();
     bpf_probe_read_user(&stack, sizeof(stack),
                         (void *)PT_REGS_SP(ctx) + 8 * CU_LAUNCH_BZ_STACK_SLOT);
     f->a = PT_REGS_PARM1(ctx);
@@ -1472,6 +1584,7 @@ ENTRY(drv_launch, OP_LAUNCH, COOKIE_DRIVER_BIT) {
     f->c = (PT_REGS_PARM5(ctx) & 0xffffffff) * (PT_REGS_PARM6(ctx) & 0xffffffff) *
            (stack[0] & 0xffffffff);
     f->d = stack[CU_LAUNCH_STREAM_STACK_SLOT - CU_LAUNCH_BZ_STACK_SLOT];
+    f->ts = launch_hinted(t, f->d, f->cookie) ? 0 : bpf_ktime_get_ns();
 }
 ENTRY_FILLED(drv_launch_ptsz, OP_LAUNCH, 0, COOKIE_DRIVER_BIT | COOKIE_PTSZ_BIT,
              drv_launch_fill)
@@ -1671,6 +1784,9 @@ ENTRY(stream_query, OP_STREAM_QUERY, PROBE_COOKIE) {
     f->a = PT_REGS_PARM1(ctx);
 }
 ENTRY(event_destroy, OP_EVENT_DESTROY, PROBE_COOKIE) {
+    f->a = PT_REGS_PARM1(ctx);
+}
+ENTRY(stream_destroy, OP_STREAM_DESTROY, PROBE_COOKIE) {
     f->a = PT_REGS_PARM1(ctx);
 }
 ENTRY(event_elapsed, OP_EVENT_ELAPSED, PROBE_COOKIE) {

@@ -287,3 +287,18 @@ class DeviceTracker:
     def devices(self) -> list[Tracked]:
         self.refresh()
         return list(self._tracked.values())
+
+
+def drm_card_addresses(sysfs: str, drivers: Iterable[str]) -> frozenset[str]:
+    """PCI addresses of the DRM cards (`class/drm/cardN`, not their connectors) bound to
+    one of `drivers`."""
+    wanted = frozenset(drivers)
+    out = set()
+    for card in Path(sysfs, "class", "drm").glob("card[0-9]*"):
+        if "-" in card.name:
+            continue  # a connector (card0-DP-1)
+        uevent = read_uevent(card / "device" / "uevent")
+        pci = normalize_pci_address(uevent.get("PCI_SLOT_NAME", ""))
+        if uevent.get("DRIVER") in wanted and pci:
+            out.add(pci)
+    return frozenset(out)

@@ -31,6 +31,10 @@
  *                            s, k_el2a, k_el2b, e (two kernels in the span) likewise
  *   completion many N        N launches of k_many on stream A, each followed by a
  *                            record of its own new event; then cudaDeviceSynchronize
+ *   completion reuse N       N loops of: k_gone (FIRST_MS) on a new stream A, A
+ *                            destroyed with it pending; a new stream B, given A's handle
+ *                            again; k_new on B, e recorded and cudaEventSynchronize'd
+ *                            (k_gone still runs); cudaDeviceSynchronize (waits for it)
  *
  * Prints "ready", waits for a line on stdin (with --wait), runs, prints "done". */
 #include "cuda_fake.h"
@@ -66,6 +70,8 @@ __attribute__((noinline)) void k_after(int n) { sink += n; }
 __attribute__((noinline)) void k_el(int n) { sink += n; }
 __attribute__((noinline)) void k_el2a(int n) { sink += n; }
 __attribute__((noinline)) void k_el2b(int n) { sink += n; }
+__attribute__((noinline)) void k_gone(int n) { sink += n; }
+__attribute__((noinline)) void k_new(int n) { sink += n; }
 
 #define CHECK(call)                                                   \
   do {                                                                \
@@ -260,6 +266,24 @@ static void many(int n) {
   CHECK(cudaDeviceSynchronize());
 }
 
+static void reuse(int n) {
+  cudaEvent_t e;
+  CHECK(cudaEventCreate(&e));
+  for (int i = 0; i < n; i++) {
+    cudaStream_t a, b;
+    CHECK(cudaStreamCreate(&a));
+    launch(k_gone, a);
+    CHECK(cudaStreamDestroy(a)); /* with k_gone pending: it runs on */
+    CHECK(cudaStreamCreate(&b));
+    if (b != a) exit(6); /* the handle given again (what this workload is about) */
+    launch(k_new, b);
+    CHECK(cudaEventRecord(e, b));
+    CHECK(cudaEventSynchronize(e)); /* k_new done; k_gone not */
+    CHECK(cudaDeviceSynchronize());
+    CHECK(cudaStreamDestroy(b));
+  }
+}
+
 int main(int argc, char **argv) {
   if (argc < 3) {
     fprintf(stderr, "usage: completion issue|per_thread|stream_query N [--wait]\n");
@@ -267,11 +291,12 @@ int main(int argc, char **argv) {
   }
   void (*all[])(int) = {k_polled, k_front, k_timed, k_late, k_waiter, t_short, q_kernel,
                         k_second, k_odd1, k_re1, k_re2, k_use, k_after, k_el, k_el2a,
-                        k_el2b};
+                        k_el2b, k_new};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
     fake_kernel_duration((const void *)all[i], KERNEL_MS * MS);
   fake_kernel_duration((const void *)t_long, LONG_MS * MS);
   fake_kernel_duration((const void *)k_first, FIRST_MS * MS);
+  fake_kernel_duration((const void *)k_gone, FIRST_MS * MS);
   int n = atoi(argv[2]);
   printf("ready\n");
   fflush(stdout);
@@ -288,6 +313,7 @@ int main(int argc, char **argv) {
   else if (strcmp(argv[1], "many") == 0) many(n);
   else if (strcmp(argv[1], "waits") == 0) waits(n);
   else if (strcmp(argv[1], "elapsed") == 0) elapsed(n);
+  else if (strcmp(argv[1], "reuse") == 0) reuse(n);
   else return 2;
   printf("done\n");
   return 0;

@@ -406,6 +406,7 @@ CUresult cuEventDestroy_v2(CUevent hEvent);
 CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd);
 CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags);
 CUresult cuStreamQuery(CUstream hStream);
+CUresult cuStreamDestroy_v2(CUstream hStream);
 /* Not CUDA's: the simulated GPU time of each launch of `function` (a CUfunction, or a
  * runtime launch's host function), in nanoseconds; 0 (the default): done at once. */
 void fake_kernel_duration(const void *function, unsigned long long ns);
@@ -416,6 +417,7 @@ cudaError_t cudaEventDestroy(cudaEvent_t event);
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end);
 cudaError_t cudaStreamCreate(cudaStream_t *stream);
 cudaError_t cudaStreamQuery(cudaStream_t stream);
+cudaError_t cudaStreamDestroy(cudaStream_t stream);
 #define cudaStreamLegacy ((cudaStream_t)0x1)
 #define cudaStreamPerThread ((cudaStream_t)0x2)
 #define cudaErrorNotReady 600

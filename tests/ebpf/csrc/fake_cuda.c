@@ -32,6 +32,9 @@ static struct { const void *fn; unsigned long long ns; } sim_kernels[SIM_MAX];
 static struct { CUstream s; unsigned long long busy; } sim_streams[SIM_MAX];
 static struct { CUevent e; unsigned long long done; } sim_events[SIM_MAX];
 static __thread unsigned long long sim_per_thread_busy;
+/* Work of destroyed streams runs on: the latest time it is done at (cuCtxSynchronize
+ * waits for it). */
+static unsigned long long sim_retired_busy;
 static pthread_mutex_t sim_lock = PTHREAD_MUTEX_INITIALIZER;
 #define CUDA_ERROR_NOT_READY 600
 
@@ -88,6 +91,7 @@ static unsigned long long sim_stream_done(CUstream s) {
 static unsigned long long sim_all_done(void) {
   pthread_mutex_lock(&sim_lock);
   unsigned long long done = sim_per_thread_busy;
+  if (sim_retired_busy > done) done = sim_retired_busy;
   for (int i = 0; i < SIM_MAX && sim_streams[i].s; i++)
     if (sim_streams[i].busy > done) done = sim_streams[i].busy;
   pthread_mutex_unlock(&sim_lock);
@@ -118,8 +122,31 @@ CUresult cuEventElapsedTime(float *ms, CUevent start, CUevent end) {
   *ms = (float)((double)((long long)b - (long long)a) / 1e6);
   return 0;
 }
+/* A destroyed stream's handle is given to the next stream created, as a real driver may
+ * do (its handle is the address of a freed object): one kept for reuse at a time. */
+static CUstream sim_freed_stream;
 CUresult cuStreamCreate(CUstream *s, unsigned int flags) {
-  FAIL_IF("cuStreamCreate"); (void)flags; *s = (CUstream)malloc(8); return 0; }
+  FAIL_IF("cuStreamCreate");
+  (void)flags;
+  pthread_mutex_lock(&sim_lock);
+  *s = sim_freed_stream ? sim_freed_stream : (CUstream)malloc(8);
+  sim_freed_stream = NULL;
+  pthread_mutex_unlock(&sim_lock);
+  return 0;
+}
+/* Its pending work runs on (counted in sim_all_done); the handle starts idle. */
+CUresult cuStreamDestroy_v2(CUstream s) {
+  FAIL_IF("cuStreamDestroy_v2");
+  if (s == NULL || s == (CUstream)0x1 || s == (CUstream)0x2) return 400; /* invalid handle */
+  pthread_mutex_lock(&sim_lock);
+  unsigned long long *busy = sim_busy(s);
+  if (*busy > sim_retired_busy) sim_retired_busy = *busy;
+  *busy = 0;
+  if (!sim_freed_stream) sim_freed_stream = s;
+  else free(s);
+  pthread_mutex_unlock(&sim_lock);
+  return 0;
+}
 CUresult cuStreamQuery(CUstream s) {
   FAIL_IF("cuStreamQuery");
   return sim_now() >= sim_stream_done(s) ? 0 : CUDA_ERROR_NOT_READY;

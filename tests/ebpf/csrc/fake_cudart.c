@@ -322,6 +322,8 @@ cudaError_t cudaStreamCreate(cudaStream_t *s) {
   FAIL_IF("cudaStreamCreate"); return cuStreamCreate((CUstream *)s, 0); }
 cudaError_t cudaStreamQuery(cudaStream_t s) {
   FAIL_IF("cudaStreamQuery"); return cuStreamQuery((CUstream)s); }
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  FAIL_IF("cudaStreamDestroy"); return cuStreamDestroy_v2((CUstream)s); }
 /* The per-thread default stream entry points: NULL is the thread's own stream, which the
  * fake driver knows as cudaStreamPerThread (0x2). */
 cudaError_t cudaLaunchKernel_ptsz(const void *func, dim3 g, dim3 b, void **args, size_t smem,
