@@ -21,7 +21,8 @@ LOOPS = 3
 WAIT_LOOPS = 2
 KERNEL_S = 0.020
 FIRST_S = 2.0
-SIMULATED = {"FAKE_HIP_KERNEL_NS": f"k_first={int(FIRST_S * 1e9)},k_={int(KERNEL_S * 1e9)},"
+SIMULATED = {"FAKE_HIP_KERNEL_NS": f"k_first={int(FIRST_S * 1e9)},"
+                                   f"k_stale={int(FIRST_S * 1e9)},k_={int(KERNEL_S * 1e9)},"
                                    f"q_kernel={int(KERNEL_S * 1e9)},t_spt={int(KERNEL_S * 1e9)},"
                                    f"m_poll={int(KERNEL_S * 1e9)}"}
 BELOW_KERNEL = 2**24 * 1e-9  # 16.8 ms: a bucket bound just below the kernels' 20 ms
@@ -45,6 +46,10 @@ EXPECTED = {
     "module": {("m_poll", "event"): LOOPS},
     # an event destroyed before it was queried bounds nothing
     "destroyed": {("k_gone", "sync_fallback"): 1},
+    # k_stale (2 s) left running on a stream destroyed (hipStreamDestroy) whose handle the
+    # next stream is given: k_fresh there is bounded by its own event, not grouped with
+    # k_stale, which waits for the device synchronise
+    "reuse": {("k_stale", "sync_fallback"): WAIT_LOOPS, ("k_fresh", "event"): WAIT_LOOPS},
 }
 
 
@@ -73,7 +78,7 @@ def run(hip_build: Build) -> Iterator[Run]:
     args = [*only_ebpf_args(), "--collector.ebpf", "--ebpf.rescan-interval=0.2",
             "--ebpf.pid-label"]
     loops = {"issue": LOOPS, "stream_query": LOOPS, "per_thread": LOOPS, "waits": WAIT_LOOPS,
-             "elapsed": LOOPS, "module": LOOPS, "destroyed": 1}
+             "elapsed": LOOPS, "module": LOOPS, "destroyed": 1, "reuse": WAIT_LOOPS}
     with exporter(args) as exp:
         work = {mode: Workload([program, mode, str(n)], env=SIMULATED)
                 for mode, n in loops.items()}
@@ -114,6 +119,13 @@ def test_no_hip_bound_below_the_simulated_gpu_time(run: Run) -> None:
     assert sums[("k_timed", "event")] == sums[("k_front", "event")]
     assert sums[("k_late", "sync_fallback")] >= LOOPS * KERNEL_S
     assert run.durations("waits", "sum")[("k_first", "event")] >= WAIT_LOOPS * FIRST_S
+
+
+def test_a_destroyed_hip_streams_handle_given_again_starts_afresh(run: Run) -> None:
+    sums = run.durations("reuse", "sum")
+    assert sums[("k_stale", "sync_fallback")] >= WAIT_LOOPS * FIRST_S
+    assert sums[("k_fresh", "event")] < WAIT_LOOPS * FIRST_S / 2
+    assert not find(run.series, "gpu_cuda_errors_total", process_pid=run.pids["reuse"])
 
 
 def test_tight_hip_polling_bounds_closely(run: Run) -> None:

@@ -717,6 +717,7 @@ HIP_PROBES: Final[tuple[Probe, ...]] = (
     *_hip("hipStreamQuery", "stream_query", 0, SPT),
     *_hip("hipEventDestroy", "event_destroy"),
     *_hip("hipEventElapsedTime", "event_elapsed"),
+    *_hip("hipStreamDestroy", "stream_destroy"),
     *_hip("hipGraphCreate", "graph_create"),
     *_hip("hipGraphAddKernelNode", "graph_add_kernel", GRAPH_ADD_KERNEL_PARAMS),
     # (in the hip_5.5 node from ROCm 6.2 on)

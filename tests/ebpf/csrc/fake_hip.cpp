@@ -113,9 +113,15 @@ unsigned long long sim_stream_done(hipStream_t s) {
   std::lock_guard<std::mutex> g(sim_lock);
   return *sim_busy(s);
 }
+/* Work left on destroyed streams runs on (a device synchronise waits for it); the first
+ * stream destroyed is kept, and handed out again by the next hipStreamCreate (the real
+ * runtime may give a freed handle again). */
+unsigned long long sim_retired_busy;
+hipStream_t sim_freed_stream;
 unsigned long long sim_all_done() {
   std::lock_guard<std::mutex> g(sim_lock);
-  unsigned long long done = sim_per_thread_busy;
+  unsigned long long done = sim_per_thread_busy > sim_retired_busy ? sim_per_thread_busy
+                                                                   : sim_retired_busy;
   for (int i = 0; i < SIM_MAX && sim_streams[i].s; i++)
     if (sim_streams[i].busy > done) done = sim_streams[i].busy;
   return done;
@@ -266,8 +272,23 @@ __attribute__((visibility("default"))) hipError_t hipHccModuleLaunchKernel(
 
 /* --- streams, events, graphs (stream capture) ------------------------------------ */
 EXPORT hipError_t hipStreamCreate(hipStream_t *s) {
-  FAIL_IF("hipStreamCreate"); *s = (hipStream_t)fresh(64); return hipSuccess; }
-EXPORT hipError_t hipStreamDestroy(hipStream_t s) { free(s); return hipSuccess; }
+  FAIL_IF("hipStreamCreate");
+  std::lock_guard<std::mutex> g(sim_lock);
+  *s = sim_freed_stream ? sim_freed_stream : (hipStream_t)fresh(64);
+  sim_freed_stream = nullptr;
+  return hipSuccess;
+}
+EXPORT hipError_t hipStreamDestroy(hipStream_t s) {
+  FAIL_IF("hipStreamDestroy");
+  if (s == nullptr || s == hipStreamPerThread) return hipErrorInvalidHandle;
+  std::lock_guard<std::mutex> g(sim_lock);
+  unsigned long long *busy = sim_busy(s);
+  if (*busy > sim_retired_busy) sim_retired_busy = *busy;
+  *busy = 0;
+  if (!sim_freed_stream) sim_freed_stream = s;
+  else free(s);
+  return hipSuccess;
+}
 EXPORT hipError_t hipEventCreate(hipEvent_t *e) {
   FAIL_IF("hipEventCreate"); *e = (hipEvent_t)fresh(64); return hipSuccess; }
 EXPORT hipError_t hipEventDestroy(hipEvent_t e) {

@@ -1,7 +1,7 @@
 // Workloads of known answers for HIP kernel durations bounded by completion points
 // (issue #27 for HIP, tests/ebpf/test_hip_completion.py), built by the real hipcc and run
 // on the fake libamdhip64's simulated GPU clock (FAKE_HIP_KERNEL_NS, set by the test:
-// every kernel here 20 ms, k_first 2 s).
+// every kernel here 20 ms, k_first and k_stale 2 s).
 //
 //   hip_completion issue N        N loops of: k_polled on stream A, e1 recorded and polled
 //                                 with hipEventQuery until ready; k_front, k_timed on A, e2
@@ -20,6 +20,10 @@
 //                                 hipEventSynchronize(e), hipEventElapsedTime(s, e)
 //   hip_completion module N       N loops of: the module function m_poll launched on A
 //                                 (hipModuleLaunchKernel), e1 recorded, polled
+//   hip_completion reuse N        N loops of: k_stale (2 s) on A, A destroyed
+//                                 (hipStreamDestroy) with it pending; B created (the same
+//                                 handle), k_fresh on B, e recorded and synchronised;
+//                                 hipDeviceSynchronize
 //   hip_completion destroyed      k_gone on A, e recorded, destroyed, then queried: no
 //                                 completion point (k_gone waits for the device sync)
 //
@@ -42,6 +46,8 @@ __global__ void k_after(int *x) { x[0] = 1; }
 __global__ void k_el(int *x) { x[0] = 1; }
 __global__ void k_gone(int *x) { x[0] = 1; }
 __global__ void k_null(int *x) { x[0] = 1; }
+__global__ void k_stale(int *x) { x[0] = 1; }
+__global__ void k_fresh(int *x) { x[0] = 1; }
 
 #define CHECK(call)                                                          \
   do {                                                                       \
@@ -164,6 +170,24 @@ static void module(int n) {
   }
 }
 
+static void reuse(int n) {
+  hipEvent_t e;
+  CHECK(hipEventCreate(&e));
+  for (int i = 0; i < n; i++) {
+    hipStream_t a, b;
+    CHECK(hipStreamCreate(&a));
+    k_stale<<<1, 32, 0, a>>>(buf);
+    CHECK(hipStreamDestroy(a));  // with k_stale pending: it runs on
+    CHECK(hipStreamCreate(&b));
+    if (b != a) exit(6);  // the handle given again (what this workload is about)
+    k_fresh<<<1, 32, 0, b>>>(buf);
+    CHECK(hipEventRecord(e, b));
+    CHECK(hipEventSynchronize(e));  // k_fresh done; k_stale not
+    CHECK(hipDeviceSynchronize());
+    CHECK(hipStreamDestroy(b));
+  }
+}
+
 static void destroyed() {
   hipStream_t a;
   hipEvent_t e;
@@ -194,6 +218,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(mode, "elapsed")) elapsed(n);
   else if (!strcmp(mode, "module")) module(n);
   else if (!strcmp(mode, "destroyed")) destroyed();
+  else if (!strcmp(mode, "reuse")) reuse(n);
   else return 2;
   printf("done\n");
   return 0;
