@@ -133,17 +133,25 @@ def one_hertz(gpus: int, processes: int, seconds: int, trees: Sequence[tuple[str
     with servers(gpus, processes, trees) as running:
         time.sleep(1)
         before = {name: cpu_ns(proc.pid) for name, proc, _ in running}
+        first_rss = {name: rss_mib(proc.pid) for name, proc, _ in running}
+        per_scrape: dict[str, list[float]] = {name: [] for name, _, _ in running}
         t0 = time.monotonic()
         for second in range(seconds):
-            for k, (_, _, conn) in enumerate(running):
+            for k, (name, proc, conn) in enumerate(running):
                 time.sleep(max(0.0, t0 + second + k / len(running) - time.monotonic()))
+                start = cpu_ns(proc.pid)
                 scrape(conn)
+                per_scrape[name].append((cpu_ns(proc.pid) - start) / 1e6)
         time.sleep(max(0.0, t0 + seconds - time.monotonic()))
         wall = time.monotonic() - t0
         for name, proc, _ in running:
             per_second = (cpu_ns(proc.pid) - before[name]) / 1e6 / wall
+            got = per_scrape[name]
             print(f"{gpus} GPUs, {processes} processes, 1 Hz for {seconds} s, {name}: "
-                  f"{per_second:.2f} ms CPU per second, RSS {rss_mib(proc.pid):.1f} MiB")
+                  f"{per_second:.2f} ms CPU per second; CPU per scrape p50 "
+                  f"{percentile(got, 50):.2f} ms, p99 {percentile(got, 99):.2f} ms; RSS "
+                  f"{first_rss[name]:.1f} MiB after the first second, "
+                  f"{rss_mib(proc.pid):.1f} MiB at the end")
 
 
 def burst(gpus: int, processes: int, scrapers: int, trees: Sequence[tuple[str, str]]) -> None:
