@@ -10,12 +10,12 @@ on the machine)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import pytest
 
 from tests.ebpf.conftest import HIP_LIB, Build, Workload, attached, copy_program, only_ebpf_args
-from tests.helpers import Series, eventually, exporter, find, parse, promtool_check_metrics
+from tests.ebpf.test_completion import Run  # the same reading of a scrape as CUDA's
+from tests.helpers import eventually, exporter, find, parse, promtool_check_metrics
 
 LOOPS = 3
 WAIT_LOOPS = 2
@@ -51,25 +51,6 @@ EXPECTED = {
     # k_stale, which waits for the device synchronise
     "reuse": {("k_stale", "sync_fallback"): WAIT_LOOPS, ("k_fresh", "event"): WAIT_LOOPS},
 }
-
-
-@dataclass(frozen=True)
-class Run:
-    text: str
-    series: list[Series]
-    pids: dict[str, str]  # workload -> pid
-
-    def durations(self, workload: str, suffix: str) -> dict[tuple[str, str], float]:
-        return {(x.labels["cuda_kernel_name"], x.labels.get("completion", "")): x.value
-                for x in find(self.series, f"gpu_kernel_duration_seconds_{suffix}",
-                              process_pid=self.pids[workload],
-                              gpu_measurement_source="ebpf_model")}
-
-    def bucket(self, workload: str, kernel: str, le: float) -> float:
-        return sum(x.value for x in find(self.series, "gpu_kernel_duration_seconds_bucket",
-                                         process_pid=self.pids[workload],
-                                         cuda_kernel_name=kernel)
-                   if float(x.labels["le"]) == le)
 
 
 @pytest.fixture(scope="module")
