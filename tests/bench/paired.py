@@ -35,12 +35,13 @@ import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
 from tests.bench import fleet
 from tests.bench.stats import percentile
 from tests.fake_nvml import scenario as fake
-from tests.helpers import free_port, stop_process
+from tests.helpers import eventually, free_port, stop_process
 
 ACCEPT = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;"
           "version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
@@ -89,16 +90,9 @@ def servers(gpus: int, processes: int, trees: Sequence[tuple[str, str]],
                 started.append((name, proc, port))
             out = []
             for name, proc, port in started:
-                deadline = time.monotonic() + 60
-                while True:
-                    try:
-                        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-                        scrape(conn)
-                        break
-                    except OSError:
-                        assert time.monotonic() < deadline and proc.poll() is None, name
-                        time.sleep(0.2)
-                out.append((name, proc, conn))
+                out.append((name, proc, eventually(
+                    partial(_first_scrape, proc, port), 60, f"{name}: the first scrape",
+                    interval=0.2, retry_on=(AssertionError, OSError))))
             for _ in range(10):  # warm-up: lanes sized, caches filled
                 for _, _, conn in out:
                     scrape(conn)
@@ -106,6 +100,14 @@ def servers(gpus: int, processes: int, trees: Sequence[tuple[str, str]],
         finally:
             for _, proc, _ in started:
                 stop_process(proc)
+
+
+def _first_scrape(proc: subprocess.Popen[bytes], port: int) -> http.client.HTTPConnection:
+    """A connection that has been answered once (OSError: not listening yet)."""
+    assert proc.poll() is None, f"exited {proc.returncode}"
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    scrape(conn)
+    return conn
 
 
 def report(what: str, results: dict[str, list[float]], unit: str = "ms") -> None:
