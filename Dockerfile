@@ -35,7 +35,7 @@ COPY gpu_exporter/ gpu_exporter/
 RUN python3 -m venv --system-site-packages "$VIRTUAL_ENV" \
  && "$VIRTUAL_ENV/bin/pip" install --no-cache-dir --disable-pip-version-check --quiet . \
  && "$VIRTUAL_ENV/bin/gpu-exporter" --version \
- && "$VIRTUAL_ENV/bin/python" -c "import bcc, gpu_exporter.healthcheck"
+ && "$VIRTUAL_ENV/bin/python" -c "import bcc, gpu_exporter.commands.healthcheck"
 
 WORKDIR /
 RUN rm -rf /build \
@@ -57,6 +57,6 @@ USER 10001:10001
 # Follows the exporter onto TLS when --web.config.file turns it on; /healthz needs no
 # password.
 HEALTHCHECK --interval=30s --timeout=10s --start-period=15s --retries=3 \
-  CMD ["python3", "-m", "gpu_exporter.healthcheck"]
+  CMD ["python3", "-m", "gpu_exporter.commands.healthcheck"]
 
 ENTRYPOINT ["gpu-exporter"]

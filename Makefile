@@ -54,9 +54,9 @@ docs: venv
 
 # The kubelet PodResources messages are committed; regenerate after changing api.proto.
 # No .pyi: what the exporter reads of them is typed in
-# gpu_exporter/sources/kubelet/podresources_v1/messages.py.
+# gpu_exporter/readers/kubelet/podresources_v1/messages.py.
 podresources-stubs: venv
-	$(PY) -m grpc_tools.protoc -I. --python_out=. gpu_exporter/sources/kubelet/podresources_v1/api.proto
+	$(PY) -m grpc_tools.protoc -I. --python_out=. gpu_exporter/readers/kubelet/podresources_v1/api.proto
 
 # The fast lane, for contributors: lint, types and the tests that need no root, bcc,
 # server, apt tool or exporter process (their markers are put on by tests/lanes.py, and a

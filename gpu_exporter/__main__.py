@@ -1,3 +1,3 @@
-from gpu_exporter.cli import run
+from gpu_exporter.commands.cli import run
 
 run()

@@ -30,7 +30,8 @@ sys.path.insert(0, str(REPO))
 
 import bcc  # noqa: E402
 
-from gpu_exporter.sources.ebpf import abi, attach  # noqa: E402
+from gpu_exporter.model import abi  # noqa: E402
+from gpu_exporter.sources.ebpf import attach  # noqa: E402
 from gpu_exporter.sources.ebpf.elf import ElfFile  # noqa: E402
 from gpu_exporter.sources.ebpf.loader import (  # noqa: E402
     DEFAULT_TRACEPOINT_OFFSETS,

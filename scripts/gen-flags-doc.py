@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Generate the flag reference of docs/configuration.md from the CLI's own option
-definitions: the global options (`gpu_exporter/settings.py`, `cli.GLOBAL_OPTIONS`), one
+definitions: the global options (`gpu_exporter/model/settings.py`, `cli.GLOBAL_OPTIONS`), one
 switch per collector and each collector's `options`, in the order `--help` lists them.
 
     .venv/bin/python scripts/gen-flags-doc.py          # rewrite the section (make docs)
@@ -18,9 +18,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gpu_exporter import cli
 from gpu_exporter.collectors import REGISTRY
-from gpu_exporter.settings import Option
+from gpu_exporter.commands import cli
+from gpu_exporter.model.settings import Option
 
 REPO = Path(__file__).resolve().parent.parent
 DOC = REPO / "docs" / "configuration.md"

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import sys
 
-from gpu_exporter import catalogue as c
-from gpu_exporter.labels import LabelSet, Scope
+from gpu_exporter.model import catalogue as c
+from gpu_exporter.model.labels import LabelSet, Scope
 
 _SCOPES = {
     Scope.DEVICE: ("Device families", "the device labels"),
@@ -43,8 +43,8 @@ def render() -> str:
     lines = [
         "# Metric reference",
         "",
-        "<!-- Generated from the label schemas in gpu_exporter/catalogue.py and "
-        "gpu_exporter/labels.py by `make docs`; do not edit. -->",
+        "<!-- Generated from the label schemas in gpu_exporter/model/catalogue.py and "
+        "gpu_exporter/model/labels.py by `make docs`; do not edit. -->",
         "",
         "Every series also carries the resource labels: `host_name`, `service_name` when "
         "`OTEL_SERVICE_NAME` is set, and one label per `OTEL_RESOURCE_ATTRIBUTES` key. "

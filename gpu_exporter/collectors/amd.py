@@ -1,5 +1,5 @@
 """AMD GPUs (amdgpu) from sysfs: every hw_gpu_* family the kernel exposes, no vendor
-daemon. What is read from where: `gpu_exporter.sources.sysfs.amd`."""
+daemon. What is read from where: `gpu_exporter.readers.sysfs.amd`."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from pathlib import Path
 
 from gpu_exporter.collectors.base import Availability
 from gpu_exporter.collectors.sysfs_gpus import DISCOVERY_INTERVAL, SysfsGpuCollector
-from gpu_exporter.records import GpuIdentity, GpuReading
-from gpu_exporter.sources.sysfs import amd
-from gpu_exporter.sources.sysfs.pci import PciGpu
-from gpu_exporter.sources.sysfs.sysfs import Problems
+from gpu_exporter.model.records import GpuIdentity, GpuReading
+from gpu_exporter.readers.sysfs import amd
+from gpu_exporter.readers.sysfs.pci import PciGpu
+from gpu_exporter.readers.sysfs.sysfs import Problems
 
 
 class AmdCollector(SysfsGpuCollector):

@@ -9,21 +9,21 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar, cast
 
-from gpu_exporter import device_families
-from gpu_exporter.attribution import Consumer
-from gpu_exporter.family import Emitted
+from gpu_exporter.collectors import device_families
+from gpu_exporter.model.attribution import Consumer
+from gpu_exporter.model.family import Emitted
 
 # Availability, Feature, FeatureState and device_features live in the bottom layer
-# (gpu_exporter.features), where the sources under nvml/ import them; collectors take
+# (gpu_exporter.model.features), where the sources under nvml/ import them; collectors take
 # them from here, with the rest of their interface.
-from gpu_exporter.features import Availability as Availability
-from gpu_exporter.features import Feature as Feature
-from gpu_exporter.features import FeatureState as FeatureState
-from gpu_exporter.features import device_features as device_features
-from gpu_exporter.labels import PodLabels
-from gpu_exporter.process_energy import ProcessKey
-from gpu_exporter.records import GpuReading
-from gpu_exporter.settings import Option, Settings
+from gpu_exporter.model.features import Availability as Availability
+from gpu_exporter.model.features import Feature as Feature
+from gpu_exporter.model.features import FeatureState as FeatureState
+from gpu_exporter.model.features import device_features as device_features
+from gpu_exporter.model.labels import PodLabels
+from gpu_exporter.model.process_energy import ProcessKey
+from gpu_exporter.model.records import GpuReading
+from gpu_exporter.model.settings import Option, Settings
 
 T = TypeVar("T")
 

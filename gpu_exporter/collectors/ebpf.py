@@ -11,13 +11,13 @@ from collections.abc import Sequence
 from functools import partial
 from typing import Any, ClassVar, Protocol, TypeVar
 
-from gpu_exporter import catalogue as c
-from gpu_exporter import flagtypes
 from gpu_exporter.collectors.base import Availability, Collector, CollectorFault, Feature, Sink
 from gpu_exporter.collectors.sysfs_gpus import drm_clients
-from gpu_exporter.family import Buckets
-from gpu_exporter.settings import Option, Settings
-from gpu_exporter.sources import files
+from gpu_exporter.model import catalogue as c
+from gpu_exporter.model import flagtypes
+from gpu_exporter.model.family import Buckets
+from gpu_exporter.model.settings import Option, Settings
+from gpu_exporter.readers import files
 from gpu_exporter.sources.ebpf import arch, hip_devices
 from gpu_exporter.sources.ebpf.attach import MECHANISMS
 from gpu_exporter.sources.ebpf.reading import CallHistogram, CudaActivity, NvmlView

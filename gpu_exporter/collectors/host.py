@@ -6,12 +6,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
-from gpu_exporter import catalogue as c
 from gpu_exporter.collectors.base import Availability, Collector, Feature, Sink
-from gpu_exporter.flagtypes import regex
-from gpu_exporter.records import Direction
-from gpu_exporter.settings import Option
-from gpu_exporter.sources.procfs import host
+from gpu_exporter.model import catalogue as c
+from gpu_exporter.model.flagtypes import regex
+from gpu_exporter.model.records import Direction
+from gpu_exporter.model.settings import Option
+from gpu_exporter.readers.procfs import host
 
 
 def _exclude(name: str, default: str, what: str, by_default: str = "") -> Option[str]:

@@ -1,5 +1,5 @@
 """Intel GPUs (i915 and xe) from sysfs and DRM fdinfo. What is read from where:
-`gpu_exporter.sources.sysfs.intel`; engine utilization: `gpu_exporter.sources.procfs.fdinfo`.
+`gpu_exporter.readers.sysfs.intel`; engine utilization: `gpu_exporter.readers.procfs.fdinfo`.
 
 Engine utilization is the sum over the DRM clients of each card between two scrapes
 (`fdinfo.EngineUsage`): absent on the first scrape, and absent for a card no process had
@@ -11,11 +11,11 @@ from pathlib import Path
 
 from gpu_exporter.collectors.base import Availability, Sink
 from gpu_exporter.collectors.sysfs_gpus import DISCOVERY_INTERVAL, SysfsGpuCollector, drm_clients
-from gpu_exporter.records import GpuIdentity, GpuReading, GpuTask
-from gpu_exporter.sources.procfs import fdinfo
-from gpu_exporter.sources.sysfs import intel
-from gpu_exporter.sources.sysfs.pci import PciGpu
-from gpu_exporter.sources.sysfs.sysfs import Problems
+from gpu_exporter.model.records import GpuIdentity, GpuReading, GpuTask
+from gpu_exporter.readers.procfs import fdinfo
+from gpu_exporter.readers.sysfs import intel
+from gpu_exporter.readers.sysfs.pci import PciGpu
+from gpu_exporter.readers.sysfs.sysfs import Problems
 
 
 class IntelCollector(SysfsGpuCollector):

@@ -18,7 +18,6 @@ from typing import ClassVar
 
 import pynvml
 
-from gpu_exporter import catalogue as c
 from gpu_exporter.collectors.base import (
     Availability,
     Collector,
@@ -27,8 +26,10 @@ from gpu_exporter.collectors.base import (
     Sink,
     device_features,
 )
-from gpu_exporter.records import GpuReading
-from gpu_exporter.settings import Settings
+from gpu_exporter.model import catalogue as c
+from gpu_exporter.model.records import GpuReading
+from gpu_exporter.model.settings import Settings
+from gpu_exporter.readers.sysfs import power_meter
 from gpu_exporter.sources.nvml import fields, nvlink, values
 from gpu_exporter.sources.nvml import stack as nvml_stack
 from gpu_exporter.sources.nvml.calls import FIX_CHECK, FIX_UPDATE, NvmlGone, NvmlUnavailable
@@ -37,7 +38,6 @@ from gpu_exporter.sources.nvml.events import XidListener
 from gpu_exporter.sources.nvml.gpm import GPM, MIN_WINDOW_SECONDS
 from gpu_exporter.sources.nvml.lanes import Lanes
 from gpu_exporter.sources.nvml.stack import DEVFS, PCI, Session, StackBusy
-from gpu_exporter.sources.sysfs import power_meter
 
 log = logging.getLogger("gpu_exporter.nvidia")
 

@@ -26,11 +26,11 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpu_exporter import catalogue as c
 from gpu_exporter.collectors.base import Availability, Collector, Feature, Sink
-from gpu_exporter.sources import files
-from gpu_exporter.sources.sysfs import power_meter, powercap
-from gpu_exporter.sources.sysfs.sysfs import Problems
+from gpu_exporter.model import catalogue as c
+from gpu_exporter.readers import files
+from gpu_exporter.readers.sysfs import power_meter, powercap
+from gpu_exporter.readers.sysfs.sysfs import Problems
 
 # Rails that measure the same thing under the names of two sources.
 SAME_RAIL = {"package": "socket"}

@@ -16,9 +16,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 
-from gpu_exporter import catalogue as c
-from gpu_exporter import flagtypes
-from gpu_exporter.attribution import Consumer
 from gpu_exporter.collectors.base import (
     Availability,
     Collector,
@@ -27,30 +24,33 @@ from gpu_exporter.collectors.base import (
     device_features,
 )
 from gpu_exporter.collectors.sysfs_gpus import drm_clients
-from gpu_exporter.labels import PodLabels, ProcessLabels, known
-from gpu_exporter.process_cap import ProcessCap
-from gpu_exporter.process_energy import ProcessKey
-from gpu_exporter.records import GpuTask
-from gpu_exporter.settings import Option
-from gpu_exporter.sources.kubelet import cdi, podliveness
-from gpu_exporter.sources.kubelet.podresources import (
+from gpu_exporter.model import catalogue as c
+from gpu_exporter.model import flagtypes
+from gpu_exporter.model.attribution import Consumer
+from gpu_exporter.model.labels import PodLabels, ProcessLabels, known
+from gpu_exporter.model.process_cap import ProcessCap
+from gpu_exporter.model.process_energy import ProcessKey
+from gpu_exporter.model.records import GpuTask
+from gpu_exporter.model.settings import Option
+from gpu_exporter.readers.kubelet import cdi, podliveness
+from gpu_exporter.readers.kubelet.podresources import (
     DEFAULT_SOCKET,
     ContainerRef,
     PodResourcesClient,
     PodResourcesError,
     socket_problem,
 )
+from gpu_exporter.readers.procfs import fdinfo
+from gpu_exporter.readers.procfs.nvidia_driver import read_driver_gpus
+from gpu_exporter.readers.procfs.procinfo import ProcessInfo, ProcessTable
+from gpu_exporter.readers.sysfs.pci import drm_card_addresses
+from gpu_exporter.readers.sysfs.sysfs import Unreadable
 from gpu_exporter.sources.nvml import processes as nvml_processes
 from gpu_exporter.sources.nvml import stack as nvml_stack
 from gpu_exporter.sources.nvml.calls import NvmlGone, NvmlUnavailable
 from gpu_exporter.sources.nvml.devices import NvmlDevice
 from gpu_exporter.sources.nvml.lanes import Lanes, Run
 from gpu_exporter.sources.nvml.stack import DEVFS, Session, StackBusy
-from gpu_exporter.sources.procfs import fdinfo
-from gpu_exporter.sources.procfs.nvidia_driver import read_driver_gpus
-from gpu_exporter.sources.procfs.procinfo import ProcessInfo, ProcessTable
-from gpu_exporter.sources.sysfs.pci import drm_card_addresses
-from gpu_exporter.sources.sysfs.sysfs import Unreadable
 
 SOCKET_OPTION = Option(
     "processes.kubelet-socket", str, DEFAULT_SOCKET,

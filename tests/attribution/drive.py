@@ -27,8 +27,8 @@ from pathlib import Path
 from prometheus_client.exposition import generate_latest
 
 from gpu_exporter.collectors import REGISTRY
-from gpu_exporter.exporter import GpuExporterCollector, make_registry
-from gpu_exporter.settings import Settings
+from gpu_exporter.model.settings import Settings
+from gpu_exporter.scrape.exporter import GpuExporterCollector, make_registry
 from tests.attribution.ledger import Ledger
 from tests.bench.fleet import load_in_process
 from tests.fake_nvml import scenario as fake

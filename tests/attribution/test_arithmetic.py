@@ -1,4 +1,4 @@
-"""The attribution arithmetic on its own (gpu_exporter/attribution.py): shares,
+"""The attribution arithmetic on its own (gpu_exporter/model/attribution.py): shares,
 processes coming and going, counter resets, lost GPUs, MIG, and exact conservation over
 thousands of random scrapes."""
 
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from gpu_exporter.attribution import (
+from gpu_exporter.model.attribution import (
     Attribution,
     Consumer,
     Gpu,

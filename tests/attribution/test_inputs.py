@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gpu_exporter.attribution import (
+from gpu_exporter.model.attribution import (
     Attribution,
     Consumer,
     Gpu,
@@ -15,7 +15,7 @@ from gpu_exporter.attribution import (
     compute_slices,
     inputs,
 )
-from gpu_exporter.records import GpmReading, GpuIdentity, GpuReading
+from gpu_exporter.model.records import GpmReading, GpuIdentity, GpuReading
 
 
 def reading(key: str, energy: float | None = 10.0, *, pci: str | None = None,

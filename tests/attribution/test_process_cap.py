@@ -1,10 +1,10 @@
-"""The cap on process series per GPU (gpu_exporter/process_cap.py)."""
+"""The cap on process series per GPU (gpu_exporter/model/process_cap.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from gpu_exporter.process_cap import ProcessCap
+from gpu_exporter.model.process_cap import ProcessCap
 
 
 def test_the_first_processes_keep_their_series_the_rest_are_folded_once() -> None:

@@ -1,4 +1,4 @@
-"""The attribution step on its own (gpu_exporter/process_energy.py): a scrape's device
+"""The attribution step on its own (gpu_exporter/model/process_energy.py): a scrape's device
 readings and typed process series in, the energy counters of each series out. The cases
 the exporter's tests reach only end to end: a process on several GPUs, MIG devices, a
 process leaving between scrapes, a reused pid, labels learnt later, a list that could not
@@ -11,12 +11,12 @@ from typing import get_type_hints
 
 import pytest
 
-from gpu_exporter import catalogue as c
-from gpu_exporter.attribution import Consumer, Split
-from gpu_exporter.family import Emitted
-from gpu_exporter.labels import ProcessLabels
-from gpu_exporter.process_energy import ProcessEnergy, ProcessKey, emit
-from gpu_exporter.records import GpuIdentity, GpuReading
+from gpu_exporter.model import catalogue as c
+from gpu_exporter.model.attribution import Consumer, Split
+from gpu_exporter.model.family import Emitted
+from gpu_exporter.model.labels import ProcessLabels
+from gpu_exporter.model.process_energy import ProcessEnergy, ProcessKey, emit
+from gpu_exporter.model.records import GpuIdentity, GpuReading
 
 EVERY_LABEL: ProcessLabels = {
     "process_pid": "4242", "process_executable_name": "python3", "container_id": "c0ffee",

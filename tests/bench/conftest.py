@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from gpu_exporter import family
+from gpu_exporter.model import family
 from tests.helpers import REPO
 
 # Benchmarks measure what production runs: no label-schema checks (tests/conftest.py

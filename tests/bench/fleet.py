@@ -13,8 +13,8 @@ from prometheus_client.registry import CollectorRegistry
 from gpu_exporter.collectors import REGISTRY
 from gpu_exporter.collectors.ebpf import EbpfCollector
 from gpu_exporter.collectors.processes import MAX_PER_GPU_OPTION
-from gpu_exporter.exporter import GpuExporterCollector, make_registry
-from gpu_exporter.settings import Settings
+from gpu_exporter.model.settings import Settings
+from gpu_exporter.scrape.exporter import GpuExporterCollector, make_registry
 from gpu_exporter.sources.ebpf.reading import CudaActivity, Launches
 from tests.fake_nvml import scenario as fake
 from tests.fake_nvml.scenario import load_in_process

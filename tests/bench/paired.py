@@ -186,7 +186,7 @@ _SIDE = """
 import sys, tempfile, time
 from pathlib import Path
 from tests.bench import fleet
-from gpu_exporter.render import TextRenderer
+from gpu_exporter.scrape.render import TextRenderer
 gpus, processes, kernel_series = (int(a) for a in sys.argv[1:4])
 renderer = TextRenderer()
 with tempfile.TemporaryDirectory() as tmp:

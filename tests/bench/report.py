@@ -181,8 +181,8 @@ def _node_power_readers(rows: Mapping[str, Any]) -> list[str]:
 
 
 def _render(rows: Mapping[str, Any]) -> list[str]:
-    out = ["| format | GPUs | prometheus_client p50 / p99 | gpu_exporter/render.py p50 / p99 "
-           "| ratio p50 |", "|---|---|---|---|---|"]
+    out = ["| format | GPUs | prometheus_client p50 / p99 "
+           "| gpu_exporter/scrape/render.py p50 / p99 | ratio p50 |", "|---|---|---|---|---|"]
     for r in sorted(rows.values(), key=lambda r: (r.get("variant", "text"), r["gpus"])):
         out.append(f"| {r.get('variant', 'text')} | {r['gpus']} | "
                    f"{ms(r['library_p50'])} / {ms(r['library_p99'])} | "

@@ -37,7 +37,7 @@ from typing import Any
 
 import pytest
 
-from gpu_exporter.sources.ebpf import abi
+from gpu_exporter.model import abi
 from tests.bench.conftest import Results
 from tests.ebpf.conftest import HIP_LIB, Build, build_hip_into, build_into
 

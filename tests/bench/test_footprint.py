@@ -99,9 +99,9 @@ def test_footprint_over_10000_scrapes(benchmark: Any, results: Results,
 _IMPORT_STEPS = (
     ("python interpreter", ""),
     ("prometheus_client, pynvml, click", "import prometheus_client, pynvml, click"),
-    ("the rest of gpu_exporter", "import gpu_exporter.cli"),
+    ("the rest of gpu_exporter", "import gpu_exporter.commands.cli"),
     ("only on a Kubernetes node: grpc + protobuf (kubelet PodResources client)",
-     "import grpc, gpu_exporter.sources.kubelet.podresources_v1.api_pb2"),
+     "import grpc, gpu_exporter.readers.kubelet.podresources_v1.api_pb2"),
     ("only with --web.config.file: yaml, bcrypt", "import yaml, bcrypt"),
 )
 _DEFAULT_PATH_STEPS = 3  # the steps above that every exporter loads

@@ -13,8 +13,8 @@ import pytest
 from prometheus_client.exposition import generate_latest
 
 from gpu_exporter.collectors.nvidia import NvidiaCollector
-from gpu_exporter.exporter import GpuExporterCollector, make_registry
-from gpu_exporter.settings import Settings
+from gpu_exporter.model.settings import Settings
+from gpu_exporter.scrape.exporter import GpuExporterCollector, make_registry
 from tests.fake_nvml import scenario as fake
 from tests.helpers import find, parse
 

@@ -8,12 +8,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpu_exporter import catalogue as c
 from gpu_exporter.collectors import REGISTRY
 from gpu_exporter.collectors.base import Sink
 from gpu_exporter.collectors.host import HostCollector
 from gpu_exporter.collectors.processes import ProcessesCollector
-from gpu_exporter.settings import Settings
+from gpu_exporter.model import catalogue as c
+from gpu_exporter.model.settings import Settings
 from tests.bench import fleet
 from tests.bench.conftest import Results
 from tests.fake_nvml import scenario as fake

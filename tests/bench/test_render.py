@@ -1,6 +1,6 @@
 """Benchmark 8: the text expositions (0.0.4 and OpenMetrics 1.0.0), prometheus_client's
 `generate_latest` against
-gpu_exporter/render.py (label text reused from the previous scrape), side by side in
+gpu_exporter/scrape/render.py (label text reused from the previous scrape), side by side in
 one run on the same families: each round collects the exporter's families afresh (new
 label strings, as a real scrape has) and renders them both ways, in alternating order.
 """
@@ -17,7 +17,7 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 from prometheus_client.registry import CollectorRegistry
 
-from gpu_exporter.render import TextRenderer
+from gpu_exporter.scrape.render import TextRenderer
 from tests.bench import fleet, floor
 from tests.bench.conftest import Results
 from tests.bench.stats import percentile

@@ -1,7 +1,7 @@
 """Benchmark 1: a full scrape against its floor, side by side in one run.
 
 Exporter: the exposition the exporter serves by default (every collector on its workers,
-label joins, self-metrics, rendering with gpu_exporter/render.py, which reuses the label
+label joins, self-metrics, rendering with gpu_exporter/scrape/render.py, which reuses the label
 text of the previous scrape). Floor: the NVML calls that very scrape made,
 replayed straight through pynvml, plus `generate_latest` of the families it produced,
 pre-built. The two alternate round by round (floor, exporter, floor, ...), so drift on
@@ -23,7 +23,7 @@ import pytest
 from prometheus_client.exposition import generate_latest
 
 from gpu_exporter.collectors.processes import ProcessesCollector
-from gpu_exporter.render import TextRenderer
+from gpu_exporter.scrape.render import TextRenderer
 from gpu_exporter.sources.nvml.gpm import MIN_WINDOW_SECONDS
 from tests.bench import fleet, floor, procstat
 from tests.bench.conftest import Results
@@ -115,7 +115,7 @@ def test_breakdown(benchmark: Any, results: Results, tmp_path: Path) -> None:
     kernel-name series) timed alone, round
     by round next to the whole scrape and the floor."""
     from gpu_exporter.collectors.base import Sink
-    from gpu_exporter.sources.procfs.procinfo import ProcessTable
+    from gpu_exporter.readers.procfs.procinfo import ProcessTable
 
     sc = fleet.scenario(8, PROCESSES, 0)
     pids = [pid for d in sc.devices for _, pid, *_ in d.processes]

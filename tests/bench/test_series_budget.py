@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from gpu_exporter import catalogue as c
+from gpu_exporter.model import catalogue as c
 from tests.bench import fleet
 from tests.bench.conftest import Results
 from tests.fake_nvml import scenario as fake

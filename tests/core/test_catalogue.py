@@ -10,8 +10,8 @@ import typing
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpu_exporter import catalogue as c
-from gpu_exporter import records
+from gpu_exporter.model import catalogue as c
+from gpu_exporter.model import records
 from tests.helpers import REPO
 
 SPEC = REPO / "spec" / "metrics.md"

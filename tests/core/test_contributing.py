@@ -10,8 +10,8 @@ from collections import defaultdict
 
 import pytest
 
-from gpu_exporter import catalogue as c
-from gpu_exporter.labels import Scope
+from gpu_exporter.model import catalogue as c
+from gpu_exporter.model.labels import Scope
 from tests.helpers import REPO
 
 TEXT = (REPO / "CONTRIBUTING.md").read_text()
@@ -22,22 +22,22 @@ ROWS = {m.group(1): m.group(2) for m in re.finditer(r"^\| (.+?) \| (.+) \|$", TA
 # in them (a function, class or constant at the top of the file).
 CASES: dict[str, dict[str, tuple[str, ...]]] = {
     "a device metric (any vendor)": {
-        "gpu_exporter/catalogue.py": (),
-        "gpu_exporter/records.py": ("GpuReading",),
+        "gpu_exporter/model/catalogue.py": (),
+        "gpu_exporter/model/records.py": ("GpuReading",),
         "gpu_exporter/sources/nvml/values.py": (),
-        "gpu_exporter/sources/sysfs/amd.py": (),
-        "gpu_exporter/sources/sysfs/intel.py": (),
-        "gpu_exporter/device_families.py": (),
+        "gpu_exporter/readers/sysfs/amd.py": (),
+        "gpu_exporter/readers/sysfs/intel.py": (),
+        "gpu_exporter/collectors/device_families.py": (),
     },
     "a process metric": {
-        "gpu_exporter/catalogue.py": (),
-        "gpu_exporter/labels.py": ("ProcessLabels",),
+        "gpu_exporter/model/catalogue.py": (),
+        "gpu_exporter/model/labels.py": ("ProcessLabels",),
         "gpu_exporter/sources/nvml/processes.py": (),
-        "gpu_exporter/sources/procfs/fdinfo.py": (),
+        "gpu_exporter/readers/procfs/fdinfo.py": (),
         "gpu_exporter/collectors/processes.py": (),
     },
     "an eBPF probe": {
-        "gpu_exporter/sources/ebpf/abi.py": ("RUNTIME_PROBES", "DRIVER_PROBES"),
+        "gpu_exporter/model/abi.py": ("RUNTIME_PROBES", "DRIVER_PROBES"),
         "gpu_exporter/sources/ebpf/program.c": (),
         "tests/ebpf/csrc/": (),
         "tests/ebpf/": (),
@@ -45,7 +45,7 @@ CASES: dict[str, dict[str, tuple[str, ...]]] = {
         "gpu_exporter/sources/ebpf/reading.py": (),
         "gpu_exporter/sources/ebpf/maps.py": (),
         "gpu_exporter/sources/ebpf/counters.py": (),
-        "gpu_exporter/catalogue.py": (),
+        "gpu_exporter/model/catalogue.py": (),
         "gpu_exporter/collectors/ebpf.py": (),
     },
     "an alert": {
@@ -65,15 +65,15 @@ CASES: dict[str, dict[str, tuple[str, ...]]] = {
 # Where each scope's families are emitted, as the rows say ("one emit line in …"), and
 # the families emitted elsewhere on purpose.
 EMITTED_IN = {
-    Scope.DEVICE: "gpu_exporter/device_families.py",
+    Scope.DEVICE: "gpu_exporter/collectors/device_families.py",
     Scope.PROCESS: "gpu_exporter/collectors/processes.py",
     Scope.CUDA: "gpu_exporter/collectors/ebpf.py",
 }
 ELSEWHERE = {
     # energy attribution joins every collector's readings: a step of its own, which the
     # exporter runs once every collector has returned
-    c.PROCESS_GPU_ENERGY.name: "gpu_exporter/process_energy.py",
-    c.HW_GPU_ENERGY_UNATTRIBUTED.name: "gpu_exporter/process_energy.py",
+    c.PROCESS_GPU_ENERGY.name: "gpu_exporter/model/process_energy.py",
+    c.HW_GPU_ENERGY_UNATTRIBUTED.name: "gpu_exporter/model/process_energy.py",
     # the kubelet's allocation of a device, which the processes collector asks for
     c.K8S_GPU_ALLOCATION_INFO.name: "gpu_exporter/collectors/processes.py",
 }
@@ -152,16 +152,16 @@ def test_each_kind_of_family_is_emitted_where_the_table_says() -> None:
         assert emitters[fam.name] == {expected}, fam.name
 
 
-def test_the_sources_row_names_every_folder_of_sources_and_the_layers_list_it() -> None:
-    """Each kind of source has a folder of gpu_exporter/sources/; the row sends a newcomer
-    to each, and each is a line of the layers table (unlisted, a folder would fall in the
-    model layer, below the files reader it needs)."""
+def test_the_sources_row_names_every_folder_of_sources_and_readers() -> None:
+    """Each kind of source has a folder of gpu_exporter/sources/ (libraries and probes) or
+    gpu_exporter/readers/ (files and sockets); the row sends a newcomer to each, and both
+    folders are layers of the layers table."""
     row = ROWS["a source of readings"]
     layers = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["gpu-exporter"]
-    listed = {m for layer in layers["layers"] for m in layer["modules"]}
-    folders = sorted(p.name for p in (REPO / "gpu_exporter" / "sources").iterdir()
-                     if (p / "__init__.py").exists())
-    assert folders, "no folder under gpu_exporter/sources/"
-    for name in folders:
-        assert f"`{name}/`" in row, name
-        assert f"gpu_exporter.sources.{name}" in listed, name
+    assert {"sources", "readers"} <= {layer["folder"] for layer in layers["layers"]}
+    for top in ("sources", "readers"):
+        folders = sorted(p.name for p in (REPO / "gpu_exporter" / top).iterdir()
+                         if (p / "__init__.py").exists())
+        assert folders, f"no folder under gpu_exporter/{top}/"
+        for name in folders:
+            assert f"`{top}/{name}/`" in row, name

@@ -13,12 +13,12 @@ from typing import ClassVar
 
 from prometheus_client.exposition import generate_latest
 
-from gpu_exporter import catalogue as c
-from gpu_exporter.cli import doctor_report
 from gpu_exporter.collectors.base import Availability, Collector, Feature, Sink
-from gpu_exporter.exporter import GpuExporterCollector, make_registry
-from gpu_exporter.records import GpuIdentity, GpuReading
-from gpu_exporter.settings import Settings
+from gpu_exporter.commands.cli import doctor_report
+from gpu_exporter.model import catalogue as c
+from gpu_exporter.model.records import GpuIdentity, GpuReading
+from gpu_exporter.model.settings import Settings
+from gpu_exporter.scrape.exporter import GpuExporterCollector, make_registry
 from tests.helpers import Series, eventually, find, parse, promtool_check_metrics, value
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gpu_exporter.sources import files
-from gpu_exporter.sources.sysfs import sysfs
+from gpu_exporter.readers import files
+from gpu_exporter.readers.sysfs import sysfs
 
 CAP = 4096
 
@@ -146,10 +146,10 @@ def test_a_refused_sysfs_value_is_a_problem_with_its_reason(tmp_path: Path) -> N
 
 # Reads that are not of procfs/sysfs/tracefs or a process's files, each with why.
 NOT_SYSTEM_FILES = {
-    "gpu_exporter/webconfig.py": "the operator's --web.config.file and the TLS files it names",
+    "gpu_exporter/http/webconfig.py": "the operator's --web.config.file and the TLS files it names",
     "gpu_exporter/sources/ebpf/loader.py": "the BPF program's source, package data",
     "gpu_exporter/sources/ebpf/probe_table.py": "a developer's tool rewriting the probe table",
-    "gpu_exporter/xid_catalog.py": "NVIDIA's Xid Catalog, package data",
+    "gpu_exporter/model/xid_catalog.py": "NVIDIA's Xid Catalog, package data",
 }
 
 
@@ -183,7 +183,7 @@ def test_every_system_file_is_read_through_readers_files() -> None:
     found = {}
     for path in sorted((repo / "gpu_exporter").rglob("*.py")):
         rel = str(path.relative_to(repo))
-        if rel == "gpu_exporter/sources/files.py" or rel in NOT_SYSTEM_FILES:
+        if rel == "gpu_exporter/readers/files.py" or rel in NOT_SYSTEM_FILES:
             continue
         reads = _direct_reads(path)
         if reads:

@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-from gpu_exporter import cli
 from gpu_exporter.collectors import REGISTRY
+from gpu_exporter.commands import cli
 from tests.helpers import REPO
 
 SCRIPT = REPO / "scripts" / "gen-flags-doc.py"

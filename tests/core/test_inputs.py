@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_exporter import cli
+from gpu_exporter.commands import cli
 from tests.helpers import EXPORTER, REPO
 
 TICKED = re.compile(r"`([^`]+)`")

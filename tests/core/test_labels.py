@@ -12,12 +12,12 @@ import pytest
 from opentelemetry.semconv._incubating.attributes import hw_attributes as hw
 from prometheus_client.exposition import generate_latest
 
-from gpu_exporter import catalogue as c
-from gpu_exporter import family
 from gpu_exporter.collectors.base import Availability, Collector, Sink
-from gpu_exporter.exporter import GpuExporterCollector, make_registry
-from gpu_exporter.family import LabelSchemaError
-from gpu_exporter.settings import Settings
+from gpu_exporter.model import catalogue as c
+from gpu_exporter.model import family
+from gpu_exporter.model.family import LabelSchemaError
+from gpu_exporter.model.settings import Settings
+from gpu_exporter.scrape.exporter import GpuExporterCollector, make_registry
 from tests.helpers import BIN, REPO
 
 
@@ -77,8 +77,8 @@ def test_an_optional_label_may_be_absent_or_present() -> None:
 
 def test_mypy_rejects_a_wrong_label_at_the_emit_line(tmp_path: Path) -> None:
     code = textwrap.dedent("""
-        from gpu_exporter import catalogue as c
-        from gpu_exporter.family import Emitted
+        from gpu_exporter.model import catalogue as c
+        from gpu_exporter.model.family import Emitted
 
         out = Emitted()
         c.HW_GPU_TEMPERATURE.emit(out, 40.0, {"sensor": "die"}, device="GPU-0")

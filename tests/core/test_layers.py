@@ -1,7 +1,8 @@
-"""The package's layers, declared once in pyproject.toml ([[tool.gpu-exporter.layers]]),
-against its imports as written: no module imports from a layer above its own, and no
-import cycle exists anywhere in the package. Imports are read with ast, every one of
-them: at the top, inside functions, under TYPE_CHECKING."""
+"""The package's layers, declared once in pyproject.toml ([[tool.gpu-exporter.layers]]) as
+one folder each, against its imports as written: a module's folder is its layer, no module
+imports from a layer above its own, and no import cycle exists anywhere in the package.
+Imports are read with ast, every one of them: at the top, inside functions, under
+TYPE_CHECKING."""
 
 from __future__ import annotations
 
@@ -62,13 +63,20 @@ def ancestors(module: str) -> list[str]:
     return [".".join(parts[:i]) for i in range(1, len(parts))]
 
 
+# The two modules at the top of the package, outside every folder: the version (imported
+# by every layer) and `python -m gpu_exporter`.
+TOP_LEVEL = {PACKAGE: "model", f"{PACKAGE}.__main__": "commands"}
+
+
 def layer_of(module: str) -> int:
-    """Index in LAYERS (0 is the top) of the nearest listed name: the module or a
-    package above it."""
-    for name in [module, *reversed(ancestors(module))]:
-        for index, layer in enumerate(LAYERS):
-            if name in layer["modules"]:  # type: ignore[operator]
-                return index
+    """Index in LAYERS (0 is the top) of the module's layer: the folder of the package it
+    sits in, right under gpu_exporter/."""
+    parts = module.split(".")
+    top = TOP_LEVEL.get(module)
+    for index, layer in enumerate(LAYERS):
+        if layer["name"] == top or (top is None and len(parts) > 1
+                                    and layer["folder"] == parts[1]):
+            return index
     raise LookupError(module)
 
 
@@ -139,17 +147,21 @@ def upward(modules: dict[str, Path], top: Path = REPO) -> list[str]:
     return out
 
 
-def test_every_module_is_in_a_layer_and_every_listed_name_exists() -> None:
+def test_every_module_is_in_a_layer_folder_and_every_folder_is_a_layer() -> None:
     unplaced = []
     for module in MODULES:
         try:
             layer_of(module)
         except LookupError:
             unplaced.append(module)
-    assert not unplaced, f"add these to [[tool.gpu-exporter.layers]]: {unplaced}"
-    listed = [m for layer in LAYERS for m in layer["modules"]]  # type: ignore[attr-defined]
-    assert [m for m in listed if m not in MODULES] == []
-    assert len(listed) == len(set(listed)), "a module is listed in two layers"
+    assert not unplaced, f"move these into a layer's folder: {unplaced}"
+    folders = [layer["folder"] for layer in LAYERS]
+    assert len(folders) == len(set(folders)), "a folder is listed in two layers"
+    on_disk = sorted(p.name for p in (REPO / PACKAGE).iterdir()
+                     if p.is_dir() and (p / "__init__.py").exists())
+    assert on_disk == sorted(folders)  # type: ignore[type-var]
+    loose = sorted(p.name for p in (REPO / PACKAGE).glob("*.py"))
+    assert loose == ["__init__.py", "__main__.py"], "a module outside every layer's folder"
 
 
 def test_no_module_imports_from_a_layer_above_it() -> None:

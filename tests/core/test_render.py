@@ -1,4 +1,4 @@
-"""gpu_exporter/render.py writes what prometheus_client's `generate_latest` (text 0.0.4
+"""gpu_exporter/scrape/render.py writes what prometheus_client's `generate_latest` (text 0.0.4
 and OpenMetrics 1.0.0) writes, byte for byte: on every golden exposition, and on
 randomised families (label escaping, NaN/Inf, histograms, units, timestamps, the
 OpenMetrics-only samples), rendered twice so that the second render reuses the first
@@ -33,9 +33,9 @@ from prometheus_client.openmetrics.exposition import generate_latest as openmetr
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from gpu_exporter.render import TextRenderer
-from gpu_exporter.web import App
-from gpu_exporter.webserver import Request
+from gpu_exporter.http.web import App
+from gpu_exporter.http.webserver import Request
+from gpu_exporter.scrape.render import TextRenderer
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"
 

@@ -4,9 +4,9 @@ import logging
 
 import pytest
 
-from gpu_exporter import catalogue
-from gpu_exporter.resource import resource_labels
-from gpu_exporter.settings import ConfigError
+from gpu_exporter.model import catalogue
+from gpu_exporter.model.settings import ConfigError
+from gpu_exporter.scrape.resource import resource_labels
 
 
 def test_host_name_service_and_attributes() -> None:

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from gpu_exporter import catalogue as c
-from gpu_exporter.catalogue import BY_NAME, Kind
+from gpu_exporter.model import catalogue as c
+from gpu_exporter.model.catalogue import BY_NAME, Kind
 from tests.dashboards.panels import (
     DASHBOARD_DIR,
     DASHBOARD_FILES,

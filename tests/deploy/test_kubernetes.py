@@ -16,7 +16,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from gpu_exporter.cli import main as cli_main
+from gpu_exporter.commands.cli import main as cli_main
 from tests.deploy.kustomize import load_docs, referenced_files, render
 from tests.helpers import REPO, require_tool, run_cli
 

@@ -15,8 +15,8 @@ from typing import Any
 import click
 import pytest
 
-from gpu_exporter import cli
-from gpu_exporter.settings import Option
+from gpu_exporter.commands import cli
+from gpu_exporter.model.settings import Option
 from tests.drills.conftest import NO_DEVICES
 from tests.helpers import REPO, run_cli
 

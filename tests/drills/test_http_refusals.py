@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import get_args
 
-from gpu_exporter.catalogue import HttpRefusalReason
-from gpu_exporter.webserver import MAX_HEAD_BYTES
+from gpu_exporter.http.webserver import MAX_HEAD_BYTES
+from gpu_exporter.model.catalogue import HttpRefusalReason
 from tests.drills.test_http_attacks import (
     NO_DEVICES,
     exporter_with,

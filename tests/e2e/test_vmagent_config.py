@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from gpu_exporter.catalogue import BY_NAME, PROCESS_LABELS, Kind, Scope
+from gpu_exporter.model.catalogue import BY_NAME, PROCESS_LABELS, Kind, Scope
 from tests.e2e.conftest import RUN_VMAGENT, Stack
 from tests.helpers import REPO, require_tool
 

@@ -144,7 +144,8 @@ class Workload:
 def probe_points(lib: str, symbol: str) -> list[Any]:
     """The collector's entry and return probes of `symbol` in `lib`, as it attaches them
     (attach.Point, with the probe's cookie)."""
-    from gpu_exporter.sources.ebpf import abi, attach
+    from gpu_exporter.model import abi
+    from gpu_exporter.sources.ebpf import attach
     from gpu_exporter.sources.ebpf.elf import ElfFile
 
     elf = ElfFile.open(lib)

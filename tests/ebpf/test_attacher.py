@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from gpu_exporter.sources.ebpf import abi
+from gpu_exporter.model import abi
 from gpu_exporter.sources.ebpf.attacher import DETACH_AFTER_MISSES, Attacher
 from gpu_exporter.sources.ebpf.discovery import Candidate, FileId
 from gpu_exporter.sources.ebpf.loader import Program

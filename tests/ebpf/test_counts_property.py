@@ -35,9 +35,9 @@ from prometheus_client import generate_latest
 
 from gpu_exporter.collectors import NvidiaCollector
 from gpu_exporter.collectors.ebpf import EbpfCollector
-from gpu_exporter.exporter import GpuExporterCollector, make_registry
-from gpu_exporter.settings import Settings
-from gpu_exporter.sources.ebpf import abi
+from gpu_exporter.model import abi
+from gpu_exporter.model.settings import Settings
+from gpu_exporter.scrape.exporter import GpuExporterCollector, make_registry
 from gpu_exporter.sources.ebpf.loader import load_bpf
 from gpu_exporter.sources.ebpf.probes import Engine
 from gpu_exporter.sources.ebpf.reading import CudaActivity, NvmlView

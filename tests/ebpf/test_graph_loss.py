@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from gpu_exporter.sources.ebpf import abi
+from gpu_exporter.model import abi
 from gpu_exporter.sources.ebpf.attacher import Attacher
 from gpu_exporter.sources.ebpf.discovery import Scanner
 from gpu_exporter.sources.ebpf.events import EventLoop

@@ -48,7 +48,7 @@ def _log_counts(logs: str, verb: str) -> dict[str, int]:
 
 def _expected_probes(lib: str) -> int:
     """An entry and a return probe on each probed symbol the file defines."""
-    from gpu_exporter.sources.ebpf import abi
+    from gpu_exporter.model import abi
     from gpu_exporter.sources.ebpf.elf import ElfFile
 
     return 2 * len(ElfFile.open(lib).functions(abi.BY_SYMBOL))
@@ -204,7 +204,8 @@ def test_both_attach_mechanisms_place_count_and_remove_probes(cuda_build: Build,
     launches, and are gone after detach."""
     import bcc
 
-    from gpu_exporter.sources.ebpf import abi, attach
+    from gpu_exporter.model import abi
+    from gpu_exporter.sources.ebpf import attach
     from gpu_exporter.sources.ebpf.loader import load_bpf, uprobe_programs
 
     assert attach.uprobe_multi_supported() is None

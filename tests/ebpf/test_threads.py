@@ -18,7 +18,7 @@ TWO_PLACES = ("-UFAST_THREADS_BITS", "-DFAST_THREADS_BITS=1", "-UFAST_THREADS",
 
 
 def _launches(bpf: Any, pid: int) -> int:
-    from gpu_exporter.sources.ebpf import abi
+    from gpu_exporter.model import abi
 
     n = sum(int(v.value) for k, v in bpf[b"stats"].items()
             if k.fam == abi.FAM_LAUNCH and k.tgid == pid)

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from gpu_exporter.sources.ebpf import abi
+from gpu_exporter.model import abi
 from gpu_exporter.sources.ebpf.discovery import _NAMED, parse_maps
 from gpu_exporter.sources.ebpf.elf import ElfError, ElfFile, read_symbols
 from gpu_exporter.sources.ebpf.loader import (
@@ -315,7 +315,7 @@ def test_program_that_does_not_compile_is_a_fault(monkeypatch: pytest.MonkeyPatc
     "unavailable" feature. Real bcc, real clang: only the source text is broken."""
     from gpu_exporter.collectors.base import CollectorFault
     from gpu_exporter.collectors.ebpf import EbpfCollector
-    from gpu_exporter.settings import Settings
+    from gpu_exporter.model.settings import Settings
     from gpu_exporter.sources.ebpf import loader
 
     monkeypatch.setattr(loader, "program_text", lambda: "int broken( {")
@@ -327,7 +327,7 @@ def test_bcc_missing_is_unavailable_not_a_failure(monkeypatch: pytest.MonkeyPatc
     import sys
 
     from gpu_exporter.collectors.ebpf import EbpfCollector
-    from gpu_exporter.settings import Settings
+    from gpu_exporter.model.settings import Settings
 
     monkeypatch.setitem(sys.modules, "bcc", None)  # `import bcc` raises ImportError
     a = EbpfCollector(Settings()).start()
@@ -388,7 +388,7 @@ def test_probe_table_in_docs_is_generated_from_abi() -> None:
 
 
 def test_family_sources_name_exactly_the_probed_calls() -> None:
-    from gpu_exporter import catalogue as c
+    from gpu_exporter.model import catalogue as c
 
     for family, programs in ((c.GPU_MEMORY_COPIES, abi.COPY_PROGRAMS),
                              (c.GPU_MEMORY_ALLOCATIONS, abi.ALLOC_PROGRAMS),

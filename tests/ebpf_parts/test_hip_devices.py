@@ -8,10 +8,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from gpu_exporter.sources.ebpf import abi, hip_devices
+from gpu_exporter.model import abi
+from gpu_exporter.readers.procfs.fdinfo import read_drm_clients
+from gpu_exporter.sources.ebpf import hip_devices
 from gpu_exporter.sources.ebpf.counters import STATS
 from gpu_exporter.sources.ebpf.reading import NvmlView
-from gpu_exporter.sources.procfs.fdinfo import read_drm_clients
 from tests.ebpf_parts.parts import Parts, parts
 from tests.processes.procfs import write_process
 

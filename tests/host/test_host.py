@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_exporter.sources.procfs import host
+from gpu_exporter.readers.procfs import host
 from tests.helpers import (
     Exporter,
     exporter,

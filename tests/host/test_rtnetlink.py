@@ -1,4 +1,4 @@
-"""The rtnetlink link dump decoded by hand (gpu_exporter/sources/procfs/rtnetlink.py)
+"""The rtnetlink link dump decoded by hand (gpu_exporter/readers/procfs/rtnetlink.py)
 against the kernel's own counters of every interface in /sys/class/net, read before
 and after the dump (a busy interface counts on in between; interfaces other tests add
 or delete meanwhile are left out), and the exporter without
@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpu_exporter.sources.procfs import rtnetlink
+from gpu_exporter.readers.procfs import rtnetlink
 
 NET = Path("/sys/class/net")
 COUNTERS = ("rx_bytes", "tx_bytes", "rx_errors", "tx_errors")
@@ -53,7 +53,7 @@ def test_every_interface_and_its_counters_as_the_kernel_counts_them() -> None:
 
 def test_the_host_collector_does_not_load_pyroute2() -> None:
     # pyroute2 imports its whole library (22.5 MiB, 311 modules: docs/performance.md)
-    code = ("import sys, re; from gpu_exporter.sources.procfs import host; "
+    code = ("import sys, re; from gpu_exporter.readers.procfs import host; "
             "n = host.NetlinkInterfaces(); n.read(re.compile('(?!)')); n.close(); "
             "print(any(m.split('.')[0] == 'pyroute2' for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

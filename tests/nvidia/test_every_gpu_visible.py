@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpu_exporter.sources.procfs.nvidia_driver import read_driver_gpus
+from gpu_exporter.readers.procfs.nvidia_driver import read_driver_gpus
 from tests.fake_nvml import scenario as fake
 from tests.helpers import find, parse, promtool_check_metrics, run_cli, value
 from tests.nvidia import driverfs

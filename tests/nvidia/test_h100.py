@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_exporter import catalogue as c
+from gpu_exporter.model import catalogue as c
 from tests.fake_nvml import scenario as fake
 from tests.helpers import find, parse, promtool_check_metrics, run_cli, value
 from tests.nvidia import golden

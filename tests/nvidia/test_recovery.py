@@ -11,7 +11,7 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from gpu_exporter import xid_catalog
+from gpu_exporter.model import xid_catalog
 from gpu_exporter.sources.nvml import devices, values
 from tests.bench.floor import recording_nvml
 from tests.fake_nvml import scenario as fake

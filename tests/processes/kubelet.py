@@ -13,8 +13,8 @@ from typing import Any
 
 import grpc
 
-from gpu_exporter.sources.kubelet.podresources import LIST_METHOD
-from gpu_exporter.sources.kubelet.podresources_v1 import api_pb2
+from gpu_exporter.readers.kubelet.podresources import LIST_METHOD
+from gpu_exporter.readers.kubelet.podresources_v1 import api_pb2
 
 
 @dataclass(frozen=True)

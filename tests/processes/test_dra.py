@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 from gpu_exporter.collectors import REGISTRY
-from gpu_exporter.sources.kubelet import cdi, podresources
+from gpu_exporter.readers.kubelet import cdi, podresources
 from tests.fake_nvml import scenario as fake
 from tests.helpers import (
     Exporter,

@@ -8,7 +8,7 @@ from typing import get_args
 
 import pytest
 
-from gpu_exporter.sources.kubelet import podliveness
+from gpu_exporter.readers.kubelet import podliveness
 from tests.processes.podtree import Layout, pod_cgroup, pod_log_dir
 
 RUN = "0a1b2c3d-0000-4000-8000-000000000001"

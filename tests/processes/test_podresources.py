@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_exporter.sources.kubelet.podresources import (
+from gpu_exporter.readers.kubelet.podresources import (
     ContainerRef,
     PodResourcesClient,
     PodResourcesError,

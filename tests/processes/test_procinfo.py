@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_exporter.sources.procfs.procinfo import (
+from gpu_exporter.readers.procfs.procinfo import (
     CgroupIdentity,
     ProcessTable,
     parse_cgroup,

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from google.protobuf import descriptor_pb2
 
-from gpu_exporter.sources.kubelet.podresources_v1 import api_pb2, messages
+from gpu_exporter.readers.kubelet.podresources_v1 import api_pb2, messages
 from tests.helpers import REPO
 
-PROTO = "gpu_exporter/sources/kubelet/podresources_v1/api.proto"
+PROTO = "gpu_exporter/readers/kubelet/podresources_v1/api.proto"
 
 
 def test_committed_stubs_match_the_proto(tmp_path: Path) -> None:

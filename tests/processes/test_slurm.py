@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_exporter.sources.procfs.procinfo import ProcessTable, parse_cgroup
+from gpu_exporter.readers.procfs.procinfo import ProcessTable, parse_cgroup
 from tests.processes.procfs import write_process
 
 # cgroup v1 (proctrack/cgroup, task/cgroup): the job's path under every controller it

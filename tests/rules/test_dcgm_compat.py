@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_exporter.catalogue import BY_NAME, DEVICE_LABELS
+from gpu_exporter.model.catalogue import BY_NAME, DEVICE_LABELS
 from tests.helpers import REPO, require_tool
 from tests.rules.dcgm_compat import (
     AWAITING,

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpu_exporter.catalogue import BY_NAME, Kind
+from gpu_exporter.model.catalogue import BY_NAME, Kind
 from tests.helpers import REPO, require_tool
 from tests.rules.promql import family_names, strip_histogram_suffix
 from tests.rules.rulefiles import (

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_exporter.sources.sysfs.pci import DeviceTracker, discover, normalize_pci_address
+from gpu_exporter.readers.sysfs.pci import DeviceTracker, discover, normalize_pci_address
 from tests.helpers import find, promtool_check_metrics
 from tests.sysfs.conftest import dump
 from tests.sysfs.tree import FakeSysfs

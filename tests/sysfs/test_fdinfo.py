@@ -13,7 +13,7 @@ import pytest
 from gpu_exporter.collectors import REGISTRY
 from gpu_exporter.collectors.base import Shared, Sink
 from gpu_exporter.collectors.sysfs_gpus import drm_clients
-from gpu_exporter.sources.procfs.fdinfo import (
+from gpu_exporter.readers.procfs.fdinfo import (
     EngineUsage,
     device_utilization,
     engine_task,

@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 from gpu_exporter.collectors.amd import AmdCollector
 from gpu_exporter.collectors.base import Sink
 from gpu_exporter.collectors.intel import IntelCollector
-from gpu_exporter.settings import Settings
-from gpu_exporter.sources.procfs.fdinfo import parse_fdinfo
-from gpu_exporter.sources.sysfs.amd_gpu_metrics import GpuMetricsError, decode
+from gpu_exporter.model.settings import Settings
+from gpu_exporter.readers.procfs.fdinfo import parse_fdinfo
+from gpu_exporter.readers.sysfs.amd_gpu_metrics import GpuMetricsError, decode
 from tests.sysfs.tree import FakeSysfs
 
 AMD, INTEL = "0000:0c:00.0", "0000:03:00.0"

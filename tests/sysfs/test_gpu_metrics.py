@@ -7,7 +7,7 @@ import struct
 
 import pytest
 
-from gpu_exporter.sources.sysfs.amd_gpu_metrics import DECODED_REVISIONS, GpuMetricsError, decode
+from gpu_exporter.readers.sysfs.amd_gpu_metrics import DECODED_REVISIONS, GpuMetricsError, decode
 from tests.sysfs.tree import raw
 
 J = 2.0**-16  # 15.259 µJ

@@ -231,7 +231,7 @@ def test_renewed_certificate_is_served_without_restart(certs: Certs, folder: Pat
 
 def _healthcheck(port: int, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [str(BIN / "python"), "-m", "gpu_exporter.healthcheck"],
+        [str(BIN / "python"), "-m", "gpu_exporter.commands.healthcheck"],
         env={**os.environ, "GPU_EXPORTER_WEB_LISTEN_ADDRESS": f":{port}", **(env or {})},
         capture_output=True, text=True, timeout=30)
 

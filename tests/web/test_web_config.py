@@ -11,8 +11,8 @@ from pathlib import Path
 import bcrypt
 import pytest
 
-from gpu_exporter.settings import ConfigError
-from gpu_exporter.webconfig import BasicAuth, load_web_config
+from gpu_exporter.http.webconfig import BasicAuth, load_web_config
+from gpu_exporter.model.settings import ConfigError
 from tests.helpers import eventually, run_cli
 from tests.web.certs import Certs
 from tests.web.conftest import PASSWORD

@@ -38,7 +38,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from gpu_exporter.features import Availability
+from gpu_exporter.model.features import Availability
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final
 
-from gpu_exporter.sources import files
+from gpu_exporter.readers import files
 from gpu_exporter.sources.ebpf import arch
 
 UPROBE_MULTI: Final = "uprobe_multi"

@@ -12,7 +12,8 @@ from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
-from gpu_exporter.sources.ebpf import abi, attach
+from gpu_exporter.model import abi
+from gpu_exporter.sources.ebpf import attach
 from gpu_exporter.sources.ebpf.discovery import Candidate, FileId
 from gpu_exporter.sources.ebpf.elf import ElfError, ElfFile
 from gpu_exporter.sources.ebpf.loader import Program

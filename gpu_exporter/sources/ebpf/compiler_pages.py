@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final
 
-from gpu_exporter.sources import files
+from gpu_exporter.readers import files
 
 log = logging.getLogger("gpu_exporter.ebpf")
 

@@ -13,8 +13,8 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from gpu_exporter.sources import files
-from gpu_exporter.sources.ebpf.abi import MARKER_SYMBOLS
+from gpu_exporter.model.abi import MARKER_SYMBOLS
+from gpu_exporter.readers import files
 from gpu_exporter.sources.ebpf.elf import ElfError, ElfFile
 
 # ~100 bytes a mapping: 160,000 mappings, far past any CUDA process's (a few thousand).

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from gpu_exporter.sources.ebpf import abi
+from gpu_exporter.model import abi
 from gpu_exporter.sources.ebpf.durations import Durations
 from gpu_exporter.sources.ebpf.graphs import Graphs
 from gpu_exporter.sources.ebpf.loader import Program, scalar

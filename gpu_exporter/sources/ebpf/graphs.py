@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
-from gpu_exporter.sources.ebpf import abi
+from gpu_exporter.model import abi
 
 Node = tuple[int, int]  # (the api of the kernel's launch key, the kernel's id)
 Nodes = list[Node] | None  # None: not known whole

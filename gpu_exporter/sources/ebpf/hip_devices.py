@@ -15,9 +15,9 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
+from gpu_exporter.readers.procfs.fdinfo import DrmClient
+from gpu_exporter.readers.sysfs.pci import drm_card_addresses
 from gpu_exporter.sources.ebpf.reading import NvmlView
-from gpu_exporter.sources.procfs.fdinfo import DrmClient
-from gpu_exporter.sources.sysfs.pci import drm_card_addresses
 
 AMDGPU = "amdgpu"
 HIP_RUNTIME = "libamdhip64"

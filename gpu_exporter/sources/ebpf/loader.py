@@ -15,8 +15,9 @@ from collections.abc import Callable, Iterable
 from importlib import resources
 from typing import Any
 
-from gpu_exporter.sources import files
-from gpu_exporter.sources.ebpf import abi, attach, compiler_pages
+from gpu_exporter.model import abi
+from gpu_exporter.readers import files
+from gpu_exporter.sources.ebpf import attach, compiler_pages
 
 TRACEFS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
 # (category, event, program, {format field: the -D name of its offset})

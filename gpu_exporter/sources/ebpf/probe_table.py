@@ -7,12 +7,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from gpu_exporter.sources.ebpf import abi
+from gpu_exporter.model import abi
 
-BEGIN = ("<!-- probes:begin (generated from gpu_exporter/sources/ebpf/abi.py by `make docs`; "
+BEGIN = ("<!-- probes:begin (generated from gpu_exporter/model/abi.py by `make docs`; "
          "do not edit) -->")
 END = "<!-- probes:end -->"
-HIP_BEGIN = ("<!-- hip-probes:begin (generated from gpu_exporter/sources/ebpf/abi.py by "
+HIP_BEGIN = ("<!-- hip-probes:begin (generated from gpu_exporter/model/abi.py by "
              "`make docs`; do not edit) -->")
 HIP_END = "<!-- hip-probes:end -->"
 CUDA_PROBES = abi.RUNTIME_PROBES + abi.DRIVER_PROBES

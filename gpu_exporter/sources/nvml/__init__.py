@@ -13,7 +13,7 @@ the nvidia and processes collectors.
 - `gpm`: SM, tensor-pipe and DRAM activity through GPM (Hopper and newer), per GPU and
   MIG GPU instance, one sample kept per target between scrapes.
 - `events`: the XID event listener (NVIDIA's Xid Catalog, each code's immediate action,
-  is data of the model layer: `gpu_exporter/xid_catalog.py`).
+  is data of the model layer: `gpu_exporter/model/xid_catalog.py`).
 - `lanes`: per-GPU calls in lanes, so that one hung or lost GPU costs only itself.
 - `stack`: one NVML session for the process: init, discovery (checked against the GPUs
   the driver lists, `sources.procfs.nvidia_driver`, and those on the PCI bus,

@@ -12,9 +12,10 @@ from typing import Any, TypeVar
 
 import pynvml
 
-from gpu_exporter.features import Availability
-from gpu_exporter.records import GpuIdentity, PcieLink
-from gpu_exporter.settings import Settings
+from gpu_exporter.model.features import Availability
+from gpu_exporter.model.records import GpuIdentity, PcieLink
+from gpu_exporter.model.settings import Settings
+from gpu_exporter.readers.sysfs.pci import normalize_pci_address
 from gpu_exporter.sources.nvml import fields, nvlink, pcie
 from gpu_exporter.sources.nvml.calls import (
     ABSENT,
@@ -31,7 +32,6 @@ from gpu_exporter.sources.nvml.calls import (
 from gpu_exporter.sources.nvml.events import XidListener
 from gpu_exporter.sources.nvml.fields import FieldPlan
 from gpu_exporter.sources.nvml.gpm import GPM, GpmDevice
-from gpu_exporter.sources.sysfs.pci import normalize_pci_address
 
 T = TypeVar("T")
 process_utilization = Versions.of("nvmlDeviceGetProcessUtilization")

@@ -15,7 +15,7 @@ from typing import Any
 
 import pynvml
 
-from gpu_exporter.features import Availability
+from gpu_exporter.model.features import Availability
 from gpu_exporter.sources.nvml.calls import FIX_CHECK, FIX_UPDATE, GONE, LOST, NvmlGone, by_name
 
 log = logging.getLogger("gpu_exporter.nvidia")

@@ -43,9 +43,9 @@ from typing import Any
 
 import pynvml
 
-from gpu_exporter.features import Availability
-from gpu_exporter.records import GpmPipe, GpmReading
-from gpu_exporter.settings import Option
+from gpu_exporter.model.features import Availability
+from gpu_exporter.model.records import GpmPipe, GpmReading
+from gpu_exporter.model.settings import Option
 from gpu_exporter.sources.nvml.calls import GONE, LOST, DeviceLost, NvmlGone
 
 MIN_WINDOW_SECONDS = 0.1  # nvml.h: samples closer than 100 ms are not meaningful

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Generic, TypeVar
 
-from gpu_exporter.worker import Worker
+from gpu_exporter.model.worker import Worker
 
 K = TypeVar("K", bound=Hashable)
 R = TypeVar("R")

@@ -26,14 +26,14 @@ from collections.abc import Mapping
 
 import pynvml
 
-from gpu_exporter.features import Availability
-from gpu_exporter.records import (
+from gpu_exporter.model.features import Availability
+from gpu_exporter.model.records import (
     Direction,
     NvlinkErrorType,
     NvlinkReading,
     NvlinkState,
 )
-from gpu_exporter.settings import Option
+from gpu_exporter.model.settings import Option
 from gpu_exporter.sources.nvml.calls import FIX_CHECK, FIX_UPDATE
 from gpu_exporter.sources.nvml.fields import Field
 

@@ -19,10 +19,10 @@ from typing import Any
 
 import pynvml
 
-from gpu_exporter.records import ErrorType, PcieErrorType, PcieLink
+from gpu_exporter.model.records import ErrorType, PcieErrorType, PcieLink
+from gpu_exporter.readers.sysfs import pcie as sysfs_pcie
+from gpu_exporter.readers.sysfs.sysfs import Problems
 from gpu_exporter.sources.nvml.calls import ABSENT, Calls
-from gpu_exporter.sources.sysfs import pcie as sysfs_pcie
-from gpu_exporter.sources.sysfs.sysfs import Problems
 
 GEN_TRANSFERS: Mapping[int, float] = {1: 2.5e9, 2: 5e9, 3: 8e9, 4: 16e9, 5: 32e9, 6: 64e9}
 # field names in `nvml.fields.FIELDS`, by error type

@@ -20,8 +20,8 @@ from typing import Literal, Protocol, TypeVar
 
 import pynvml
 
-from gpu_exporter.features import Availability
-from gpu_exporter.records import GpuTask
+from gpu_exporter.model.features import Availability
+from gpu_exporter.model.records import GpuTask
 from gpu_exporter.sources.nvml.calls import Calls, DeviceLost, Versions
 from gpu_exporter.sources.nvml.devices import (
     NvmlDevice,

@@ -26,9 +26,12 @@ from functools import partial
 
 import pynvml
 
-from gpu_exporter.features import Availability
-from gpu_exporter.records import GpuIdentity, HealthState
-from gpu_exporter.settings import Option, Settings
+from gpu_exporter.model.features import Availability
+from gpu_exporter.model.records import GpuIdentity, HealthState
+from gpu_exporter.model.settings import Option, Settings
+from gpu_exporter.model.worker import Busy, Job, Worker
+from gpu_exporter.readers.procfs.nvidia_driver import DriverGpu, DriverGpus, read_driver_gpus
+from gpu_exporter.readers.sysfs.nvidia_bus import BusGpus, read_bus_gpus
 from gpu_exporter.sources.nvml.calls import (
     FIX_CHECK,
     FIX_DRIVER,
@@ -40,9 +43,6 @@ from gpu_exporter.sources.nvml.calls import (
 )
 from gpu_exporter.sources.nvml.devices import IdentityUnreadable, NvmlDevice, discover
 from gpu_exporter.sources.nvml.events import XidListener
-from gpu_exporter.sources.procfs.nvidia_driver import DriverGpu, DriverGpus, read_driver_gpus
-from gpu_exporter.sources.sysfs.nvidia_bus import BusGpus, read_bus_gpus
-from gpu_exporter.worker import Busy, Job, Worker
 
 log = logging.getLogger("gpu_exporter.nvidia")
 

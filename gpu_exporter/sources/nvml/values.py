@@ -10,8 +10,8 @@ from typing import Any
 
 import pynvml
 
-from gpu_exporter import xid_catalog
-from gpu_exporter.records import (
+from gpu_exporter.model import xid_catalog
+from gpu_exporter.model.records import (
     RECOVERY_ACTIONS,
     EccSeverity,
     ErrorType,
