@@ -49,7 +49,7 @@ lint: venv
 
 docs: venv
 	$(PY) scripts/gen-metrics-doc.py > docs/metrics.md
-	$(PY) -m gpu_exporter.sources.ebpf.probe_table docs/ebpf.md
+	$(PY) scripts/gen-probe-table.py docs/ebpf.md
 	$(PY) scripts/gen-flags-doc.py
 
 # The kubelet PodResources messages are committed; regenerate after changing api.proto.

@@ -30,8 +30,8 @@ sys.path.insert(0, str(REPO))
 
 import bcc  # noqa: E402
 
-from gpu_exporter.model import abi  # noqa: E402
-from gpu_exporter.sources.ebpf import attach  # noqa: E402
+from gpu_exporter.model import ebpf_abi as abi  # noqa: E402
+from gpu_exporter.sources.ebpf import uprobes  # noqa: E402
 from gpu_exporter.sources.ebpf.elf import ElfFile  # noqa: E402
 from gpu_exporter.sources.ebpf.loader import (  # noqa: E402
     DEFAULT_TRACEPOINT_OFFSETS,
@@ -57,7 +57,7 @@ def main() -> None:
                              for k, v in sorted(DEFAULT_TRACEPOINT_OFFSETS.items())]
     bpfs = {"before": bcc.BPF(text=old_text, cflags=flags), "after": load_bpf(bcc),
             "noop": bcc.BPF(text=ov.NOOP)}
-    mechs = {name: attach.mechanism(attach.UPROBE_MULTI, bpf, bcc)
+    mechs = {name: uprobes.mechanism(uprobes.UPROBE_MULTI, bpf, bcc)
              for name, bpf in bpfs.items()}
     mechs["noop"].load(["noop"])
     mechs["before"].load([*LAUNCH_PROGRAMS, "event_record"])
@@ -96,8 +96,8 @@ def main() -> None:
             offset = elf.offset_of_vaddr(elf.functions([sym])[sym])
             assert offset is not None
             p, cookie = abi.BY_SYMBOL[sym], abi.cookie(abi.INDEX[sym])
-            out.setdefault(lib, []).extend([attach.Point(offset, p.program, False, cookie),
-                                            attach.Point(offset, abi.return_program(p), True,
+            out.setdefault(lib, []).extend([uprobes.Point(offset, p.program, False, cookie),
+                                            uprobes.Point(offset, abi.return_program(p), True,
                                                          cookie)])
         return out
 

@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO))
 
 from nvidia_wheels import wheel_files  # noqa: E402  (scripts/nvidia_wheels.py)
 
-from gpu_exporter.model import abi  # noqa: E402
+from gpu_exporter.model import ebpf_abi as abi  # noqa: E402
 from gpu_exporter.sources.ebpf.elf import ElfFile  # noqa: E402
 
 LIBS = "usr/lib/x86_64-linux-gnu"

@@ -9,7 +9,7 @@ from tests import lanes
 from tests.helpers import REPO
 
 # Every series of every scrape in the tests, in process and in the exporter processes
-# they start, is checked against its family's label schema (gpu_exporter/model/family.py): an
+# they start, is checked against its family's label schema (gpu_exporter/model/metric_types.py): an
 # undeclared label or a missing required one fails the scrape.
 os.environ["GPU_EXPORTER_CHECK_LABELS"] = "1"
 

@@ -8,9 +8,9 @@ from pathlib import Path
 from gpu_exporter.collectors.base import Availability
 from gpu_exporter.collectors.sysfs_gpus import DISCOVERY_INTERVAL, SysfsGpuCollector
 from gpu_exporter.model.records import GpuIdentity, GpuReading
+from gpu_exporter.readers.file_values import Problems
 from gpu_exporter.readers.sysfs import amd
 from gpu_exporter.readers.sysfs.pci import PciGpu
-from gpu_exporter.readers.sysfs.sysfs import Problems
 
 
 class AmdCollector(SysfsGpuCollector):

@@ -9,9 +9,8 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar, cast
 
-from gpu_exporter.collectors import device_families
+from gpu_exporter.collectors import hw_gpu
 from gpu_exporter.model.attribution import Consumer
-from gpu_exporter.model.family import Emitted
 
 # Availability, Feature, FeatureState and device_features live in the bottom layer
 # (gpu_exporter.model.features), where the sources under nvml/ import them; collectors take
@@ -21,6 +20,7 @@ from gpu_exporter.model.features import Feature as Feature
 from gpu_exporter.model.features import FeatureState as FeatureState
 from gpu_exporter.model.features import device_features as device_features
 from gpu_exporter.model.labels import PodLabels
+from gpu_exporter.model.metric_types import Emitted
 from gpu_exporter.model.process_energy import ProcessKey
 from gpu_exporter.model.records import GpuReading
 from gpu_exporter.model.settings import Option, Settings
@@ -103,7 +103,7 @@ class Sink(Emitted):
         """One device: its hw_gpu_* samples (`device_families`), and its identity for the
         device labels the exporter joins into every series naming it."""
         self.gpus.append(reading)
-        device_families.emit(reading, self)
+        hw_gpu.emit(reading, self)
 
     def label_device(self, hw_id: str, labels: PodLabels) -> None:
         """Extra labels for every series of one device (e.g. the Kubernetes pod)."""

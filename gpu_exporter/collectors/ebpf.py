@@ -15,12 +15,12 @@ from gpu_exporter.collectors.base import Availability, Collector, CollectorFault
 from gpu_exporter.collectors.sysfs_gpus import drm_clients
 from gpu_exporter.model import catalogue as c
 from gpu_exporter.model import flagtypes
-from gpu_exporter.model.family import Buckets
+from gpu_exporter.model.metric_types import Buckets
 from gpu_exporter.model.settings import Option, Settings
 from gpu_exporter.readers import files
 from gpu_exporter.sources.ebpf import arch, hip_devices
-from gpu_exporter.sources.ebpf.attach import MECHANISMS
 from gpu_exporter.sources.ebpf.reading import CallHistogram, CudaActivity, NvmlView
+from gpu_exporter.sources.ebpf.uprobes import MECHANISMS
 from gpu_exporter.sources.nvml import processes as nvml_processes
 from gpu_exporter.sources.nvml import stack as nvml_stack
 from gpu_exporter.sources.nvml.calls import NvmlUnavailable
@@ -146,8 +146,8 @@ class EbpfCollector(Collector):
         problem = missing_privileges(effective_capabilities()) or kernel_headers_missing()
         if problem:
             return Availability.unavailable(problem)
+        from gpu_exporter.sources.ebpf.engine import Engine
         from gpu_exporter.sources.ebpf.loader import LoadError
-        from gpu_exporter.sources.ebpf.probes import Engine
 
         if self.settings.check_only:
             return self._check(bcc)
@@ -171,7 +171,7 @@ class EbpfCollector(Collector):
 
     def _check(self, bcc: Any) -> Availability:
         """`doctor`: everything start() needs, without attaching a probe anywhere."""
-        from gpu_exporter.sources.ebpf.discovery import Scanner
+        from gpu_exporter.sources.ebpf.libraries import Scanner
         from gpu_exporter.sources.ebpf.loader import LoadError, check
 
         try:

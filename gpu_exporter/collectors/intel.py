@@ -12,10 +12,10 @@ from pathlib import Path
 from gpu_exporter.collectors.base import Availability, Sink
 from gpu_exporter.collectors.sysfs_gpus import DISCOVERY_INTERVAL, SysfsGpuCollector, drm_clients
 from gpu_exporter.model.records import GpuIdentity, GpuReading, GpuTask
+from gpu_exporter.readers.file_values import Problems
 from gpu_exporter.readers.procfs import fdinfo
 from gpu_exporter.readers.sysfs import intel
 from gpu_exporter.readers.sysfs.pci import PciGpu
-from gpu_exporter.readers.sysfs.sysfs import Problems
 
 
 class IntelCollector(SysfsGpuCollector):

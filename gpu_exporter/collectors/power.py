@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from gpu_exporter.collectors.base import Availability, Collector, Feature, Sink
 from gpu_exporter.model import catalogue as c
 from gpu_exporter.readers import files
+from gpu_exporter.readers.file_values import Problems
 from gpu_exporter.readers.sysfs import power_meter, powercap
-from gpu_exporter.readers.sysfs.sysfs import Problems
 
 # Rails that measure the same thing under the names of two sources.
 SAME_RAIL = {"package": "socket"}

@@ -32,6 +32,7 @@ from gpu_exporter.model.process_cap import ProcessCap
 from gpu_exporter.model.process_energy import ProcessKey
 from gpu_exporter.model.records import GpuTask
 from gpu_exporter.model.settings import Option
+from gpu_exporter.readers.file_values import Unreadable
 from gpu_exporter.readers.kubelet import cdi, podliveness
 from gpu_exporter.readers.kubelet.podresources import (
     DEFAULT_SOCKET,
@@ -44,7 +45,6 @@ from gpu_exporter.readers.procfs import fdinfo
 from gpu_exporter.readers.procfs.nvidia_driver import read_driver_gpus
 from gpu_exporter.readers.procfs.procinfo import ProcessInfo, ProcessTable
 from gpu_exporter.readers.sysfs.pci import drm_card_addresses
-from gpu_exporter.readers.sysfs.sysfs import Unreadable
 from gpu_exporter.sources.nvml import processes as nvml_processes
 from gpu_exporter.sources.nvml import stack as nvml_stack
 from gpu_exporter.sources.nvml.calls import NvmlGone, NvmlUnavailable

@@ -22,10 +22,10 @@ from gpu_exporter.collectors.base import Availability, Collector, Sink
 from gpu_exporter.model import flagtypes
 from gpu_exporter.model.records import GpuIdentity, GpuReading, Vendor
 from gpu_exporter.model.settings import Option
+from gpu_exporter.readers.file_values import Problems, listing
 from gpu_exporter.readers.procfs import fdinfo
 from gpu_exporter.readers.sysfs import pcie
 from gpu_exporter.readers.sysfs.pci import DeviceTracker, PciGpu, not_read_because
-from gpu_exporter.readers.sysfs.sysfs import Problems, listing
 
 # Shared by every collector that uses PCI discovery: one flag each, whichever of them
 # are registered.

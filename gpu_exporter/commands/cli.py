@@ -32,7 +32,7 @@ from gpu_exporter.collectors.base import Availability, CollectorFault, Feature
 from gpu_exporter.commands.gpu_actions import needs
 from gpu_exporter.commands.gpu_actions import report as needs_report
 from gpu_exporter.http.webconfig import WebConfig
-from gpu_exporter.model import family, flagtypes, logs
+from gpu_exporter.model import flagtypes, logs, metric_types
 from gpu_exporter.model.settings import (
     PROCFS,
     RETRY_INTERVAL,
@@ -132,7 +132,7 @@ EXTRA_ENVVARS: dict[str, tuple[str, ...]] = {
 }
 # GPU_EXPORTER_* variables that are not a flag's, by who reads them.
 OTHER_ENVVARS = frozenset({
-    family.CHECK_LABELS_VAR,  # the test suite's label check
+    metric_types.CHECK_LABELS_VAR,  # the test suite's label check
     "GPU_EXPORTER_HEALTHCHECK_CERT_FILE", "GPU_EXPORTER_HEALTHCHECK_KEY_FILE",  # healthcheck
     "GPU_EXPORTER_ARGS",  # extra flags, in the systemd unit's /etc/default/gpu-exporter
 })
@@ -262,8 +262,8 @@ def _web_config(params: dict[str, Any]) -> WebConfig:
 
 
 def serve(params: dict[str, Any]) -> None:
-    from gpu_exporter.http.web import ListenError, make_server
-    from gpu_exporter.http.webserver import HttpServer
+    from gpu_exporter.http.app import ListenError, make_server
+    from gpu_exporter.http.server import HttpServer
 
     # Checked before any collector starts: a bad file is a fault, not a half-start.
     web_config = _web_config(params)

@@ -15,7 +15,7 @@ import os
 import ssl
 import sys
 
-from gpu_exporter.http.web import parse_listen_address
+from gpu_exporter.http.app import parse_listen_address
 from gpu_exporter.model.settings import ConfigError
 
 TIMEOUT_SECONDS = 5.0

@@ -12,8 +12,7 @@ No `from __future__ import annotations` here: see `gpu_exporter.model.labels`.
 
 from typing import Any, Literal, NotRequired, TypedDict
 
-from gpu_exporter.model import abi
-from gpu_exporter.model.family import Counter, Family, Gauge, Histogram, Kind
+from gpu_exporter.model import ebpf_abi as abi
 from gpu_exporter.model.labels import (
     DEVICE_LABEL_SET,
     PROCESS_LABEL_SET,
@@ -23,6 +22,7 @@ from gpu_exporter.model.labels import (
     ProcessLabels,
     Scope,
 )
+from gpu_exporter.model.metric_types import Counter, Family, Gauge, Histogram, Kind
 from gpu_exporter.model.records import (
     Direction,
     ErrorType,
@@ -764,7 +764,7 @@ EBPF_KERNEL_NAMES_OVERFLOW = Counter(
 )
 
 # Why the HTTP front closed a connection before (or instead of) answering it in full
-# (gpu_exporter/http/webserver.py; docs/web-front.md, "Limits").
+# (gpu_exporter/http/server.py; docs/web-front.md, "Limits").
 HttpRefusalReason = Literal[
     "connection_limit",  # 512 connections open, all busy: the new one is reset
     "evicted",  # an idle connection closed to make room for a new one at that limit

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from gpu_exporter.model import catalogue as c
 from gpu_exporter.model.attribution import Attribution, Consumer, Split, inputs
-from gpu_exporter.model.family import Emitted
 from gpu_exporter.model.labels import ProcessLabels
+from gpu_exporter.model.metric_types import Emitted
 from gpu_exporter.model.records import GpuReading
 
 

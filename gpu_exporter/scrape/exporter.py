@@ -25,7 +25,7 @@ from prometheus_client.registry import Collector as PromCollector
 from prometheus_client.registry import CollectorRegistry
 
 from gpu_exporter import __version__
-from gpu_exporter.collectors import device_families
+from gpu_exporter.collectors import hw_gpu
 from gpu_exporter.collectors.base import (
     Availability,
     Collector,
@@ -36,10 +36,10 @@ from gpu_exporter.collectors.base import (
     Sink,
 )
 from gpu_exporter.model import catalogue as c
-from gpu_exporter.model import family, process_energy
-from gpu_exporter.model.family import Emitted, Family, HistogramSeries, Kind, Series
+from gpu_exporter.model import metric_types, process_energy
 from gpu_exporter.model.labels import known
 from gpu_exporter.model.logs import forget, log_once
+from gpu_exporter.model.metric_types import Emitted, Family, HistogramSeries, Kind, Series
 from gpu_exporter.model.records import VENDOR_ORDER, GpuReading
 from gpu_exporter.model.settings import Settings
 from gpu_exporter.model.worker import Busy, Job, Worker
@@ -415,7 +415,7 @@ def assign_device_labels(gpus: Sequence[GpuReading]) -> dict[str, dict[str, str]
         parent = g.identity.parent_hw_id
         i = index.get(parent if parent is not None else g.identity.key, -1)
         # A plain dict from here on: the pod labels of the device are merged into it.
-        labels[g.identity.key] = cast("dict[str, str]", device_families.device_labels(g, i))
+        labels[g.identity.key] = cast("dict[str, str]", hw_gpu.device_labels(g, i))
     return labels
 
 
@@ -453,7 +453,7 @@ def build_families(
             _add_histograms(prom, fam, histograms[fam], joined, resource)
         if not prom.samples:
             continue  # every sample named a device no collector reported this scrape
-        if family.CHECK_LABELS:
+        if metric_types.CHECK_LABELS:
             for sample in prom.samples:
                 fam.check({k: v for k, v in sample.labels.items() if k != "le"}, resource)
         out.append(prom)

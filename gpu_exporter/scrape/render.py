@@ -7,7 +7,7 @@ info and state series, limits, idle counters), which is most of what is left.
 
 Only the default negotiation comes here (text 0.0.4, or the OpenMetrics 1.0.0 that
 Prometheus asks for, with neither `escaping=` nor `name[]`); every other variant is
-prometheus_client's own (gpu_exporter/http/web.py). Equality with prometheus_client is
+prometheus_client's own (gpu_exporter/http/app.py). Equality with prometheus_client is
 tested on the goldens and on randomised families (tests/core/test_render.py).
 """
 

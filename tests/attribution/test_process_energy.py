@@ -13,8 +13,8 @@ import pytest
 
 from gpu_exporter.model import catalogue as c
 from gpu_exporter.model.attribution import Consumer, Split
-from gpu_exporter.model.family import Emitted
 from gpu_exporter.model.labels import ProcessLabels
+from gpu_exporter.model.metric_types import Emitted
 from gpu_exporter.model.process_energy import ProcessEnergy, ProcessKey, emit
 from gpu_exporter.model.records import GpuIdentity, GpuReading
 

@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 
-from gpu_exporter.model import family
+from gpu_exporter.model import metric_types
 from tests.helpers import REPO
 
 # Benchmarks measure what production runs: no label-schema checks (tests/conftest.py
 # turns them on for every other test), in process or in the exporters they start.
 os.environ["GPU_EXPORTER_CHECK_LABELS"] = "0"
-family.CHECK_LABELS = False
+metric_types.CHECK_LABELS = False
 
 RESULTS = REPO / "build" / "bench" / "results.json"
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from gpu_exporter.model import abi
+from gpu_exporter.model import ebpf_abi as abi
 from tests.bench.conftest import Results
 from tests.drills.test_ebpf_drills import graph_launches, probed, wait_first_launch
 from tests.ebpf.conftest import Build, Workload, build_into, copy_program

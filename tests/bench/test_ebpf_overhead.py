@@ -37,7 +37,7 @@ from typing import Any
 
 import pytest
 
-from gpu_exporter.model import abi
+from gpu_exporter.model import ebpf_abi as abi
 from tests.bench.conftest import Results
 from tests.ebpf.conftest import HIP_LIB, Build, build_hip_into, build_into
 
@@ -71,15 +71,15 @@ def _library(build: Build, symbol: str) -> str:
 def programs() -> dict[str, Any]:
     import bcc
 
-    from gpu_exporter.sources.ebpf import attach
+    from gpu_exporter.sources.ebpf import uprobes
     from gpu_exporter.sources.ebpf.loader import load_bpf, uprobe_programs
 
     noop, ours = bcc.BPF(text=NOOP), load_bpf(bcc)
     frames = load_bpf(bcc, extra_flags=("-DFRAMES_ONLY=1",))
     bpfs = {"noop": noop, "ours": ours, "frames_only": frames}
-    mechs = {"noop": attach.mechanism(attach.UPROBE_MULTI, noop, bcc),
-             "ours": attach.mechanism(attach.UPROBE_MULTI, ours, bcc),
-             "frames_only": attach.mechanism(attach.UPROBE_MULTI, frames, bcc)}
+    mechs = {"noop": uprobes.mechanism(uprobes.UPROBE_MULTI, noop, bcc),
+             "ours": uprobes.mechanism(uprobes.UPROBE_MULTI, ours, bcc),
+             "frames_only": uprobes.mechanism(uprobes.UPROBE_MULTI, frames, bcc)}
     mechs["noop"].load(["noop"])
     mechs["ours"].load(uprobe_programs())
     mechs["frames_only"].load(uprobe_programs())
@@ -99,7 +99,7 @@ def _loop(build: Build, api: str) -> float:
 def _points(build: Build, api: str, case: str) -> dict[str, list[Any]]:
     """The probes of one case, by library: the collector's own (entry program and the
     return program, with their cookies) or no-op programs on the same points."""
-    from gpu_exporter.sources.ebpf import attach
+    from gpu_exporter.sources.ebpf import uprobes
     from gpu_exporter.sources.ebpf.elf import ElfFile
 
     out: dict[str, list[Any]] = {}
@@ -112,11 +112,11 @@ def _points(build: Build, api: str, case: str) -> dict[str, list[Any]]:
         cookie = abi.cookie(abi.INDEX[symbol])
         ours = case in ("ours", "frames_only")
         points = out.setdefault(lib, [])
-        points.append(attach.Point(offset, abi.BY_SYMBOL[symbol].program if ours else "noop",
+        points.append(uprobes.Point(offset, abi.BY_SYMBOL[symbol].program if ours else "noop",
                                    False, cookie))
         if case != "noop_one_uprobe":
             ret = abi.return_program(abi.BY_SYMBOL[symbol]) if ours else "noop"
-            points.append(attach.Point(offset, ret, True, cookie))
+            points.append(uprobes.Point(offset, ret, True, cookie))
     return out
 
 
@@ -137,14 +137,14 @@ def _attached(programs: dict[str, Any], build: Build, api: str, case: str) -> It
 def _run_time_ns(fd: int) -> int:
     """bpf_prog_info.run_time_ns of a loaded program (BPF_OBJ_GET_INFO_BY_FD: info's
     bpf_fd@0, info_len@4, info@8; run_time_ns is at 192 of struct bpf_prog_info)."""
-    from gpu_exporter.sources.ebpf import attach
+    from gpu_exporter.sources.ebpf import uprobes
 
     info = (ctypes.c_uint8 * 256)()
     attr = (ctypes.c_uint8 * 144)()
-    attach._put(attr, 0, ctypes.c_uint32, fd)
-    attach._put(attr, 4, ctypes.c_uint32, len(info))
-    attach._put(attr, 8, ctypes.c_uint64, ctypes.addressof(info))
-    attach._bpf(_BPF_OBJ_GET_INFO_BY_FD, attr)
+    uprobes._put(attr, 0, ctypes.c_uint32, fd)
+    uprobes._put(attr, 4, ctypes.c_uint32, len(info))
+    uprobes._put(attr, 8, ctypes.c_uint64, ctypes.addressof(info))
+    uprobes._bpf(_BPF_OBJ_GET_INFO_BY_FD, attr)
     return int(ctypes.c_uint64.from_buffer(info, 192).value)
 
 
@@ -157,10 +157,10 @@ def _bpf_stats() -> Iterator[None]:
     """The kernel counts each BPF program's run time while the returned fd is open."""
     import os
 
-    from gpu_exporter.sources.ebpf import attach
+    from gpu_exporter.sources.ebpf import uprobes
 
     attr = (ctypes.c_uint8 * 144)()  # enable_stats.type@0 = BPF_STATS_RUN_TIME (0)
-    fd = attach._bpf(_BPF_ENABLE_STATS, attr)
+    fd = uprobes._bpf(_BPF_ENABLE_STATS, attr)
     try:
         yield
     finally:

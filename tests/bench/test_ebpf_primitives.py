@@ -87,20 +87,20 @@ def _program_ns(build: Build, entry: str, ret: str) -> tuple[float, int]:
     """Nanoseconds of program run time per launch, and how many runs there were."""
     import bcc
 
-    from gpu_exporter.sources.ebpf import attach
+    from gpu_exporter.sources.ebpf import uprobes
     from gpu_exporter.sources.ebpf.elf import ElfFile
 
     text = (PRELUDE + f"int ent(struct pt_regs *ctx) {{ {entry} return 0; }}\n"
             f"int ret(struct pt_regs *ctx) {{ {ret} return 0; }}\n")
     bpf = bcc.BPF(text=text.encode())
     try:
-        mech = attach.mechanism(attach.UPROBE_MULTI, bpf, bcc)
+        mech = uprobes.mechanism(uprobes.UPROBE_MULTI, bpf, bcc)
         mech.load(["ent", "ret"])
         lib = build.path("libcuda.so.1")
         elf = ElfFile.open(lib)
         offset = elf.offset_of_vaddr(elf.functions(["cuLaunchKernel"])["cuLaunchKernel"])
         assert offset is not None
-        points = [attach.Point(offset, "ent", False, 0), attach.Point(offset, "ret", True, 0)]
+        points = [uprobes.Point(offset, "ent", False, 0), uprobes.Point(offset, "ret", True, 0)]
         fds = [bpf.funcs[n].fd for n in (b"ent", b"ret")]
         with _bpf_stats():
             before = sum(_run_time_ns(fd) for fd in fds)

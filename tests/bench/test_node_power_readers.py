@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gpu_exporter.readers.file_values import Problems
 from gpu_exporter.readers.sysfs import power_meter, powercap
-from gpu_exporter.readers.sysfs.sysfs import Problems
 from tests.bench import procstat
 from tests.bench.conftest import Results
 from tests.bench.stats import percentile

@@ -25,9 +25,9 @@ from typing import Any
 import pytest
 
 from gpu_exporter.model.records import GpuReading
+from gpu_exporter.readers.file_values import Problems
 from gpu_exporter.readers.sysfs import amd, intel
 from gpu_exporter.readers.sysfs.pci import discover
-from gpu_exporter.readers.sysfs.sysfs import Problems
 from tests.bench import procstat
 from tests.bench.conftest import Results
 from tests.bench.stats import percentile

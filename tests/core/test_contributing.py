@@ -27,7 +27,7 @@ CASES: dict[str, dict[str, tuple[str, ...]]] = {
         "gpu_exporter/sources/nvml/values.py": (),
         "gpu_exporter/readers/sysfs/amd.py": (),
         "gpu_exporter/readers/sysfs/intel.py": (),
-        "gpu_exporter/collectors/device_families.py": (),
+        "gpu_exporter/collectors/hw_gpu.py": (),
     },
     "a process metric": {
         "gpu_exporter/model/catalogue.py": (),
@@ -37,7 +37,7 @@ CASES: dict[str, dict[str, tuple[str, ...]]] = {
         "gpu_exporter/collectors/processes.py": (),
     },
     "an eBPF probe": {
-        "gpu_exporter/model/abi.py": ("RUNTIME_PROBES", "DRIVER_PROBES"),
+        "gpu_exporter/model/ebpf_abi.py": ("RUNTIME_PROBES", "DRIVER_PROBES"),
         "gpu_exporter/sources/ebpf/program.c": (),
         "tests/ebpf/csrc/": (),
         "tests/ebpf/": (),
@@ -65,7 +65,7 @@ CASES: dict[str, dict[str, tuple[str, ...]]] = {
 # Where each scope's families are emitted, as the rows say ("one emit line in …"), and
 # the families emitted elsewhere on purpose.
 EMITTED_IN = {
-    Scope.DEVICE: "gpu_exporter/collectors/device_families.py",
+    Scope.DEVICE: "gpu_exporter/collectors/hw_gpu.py",
     Scope.PROCESS: "gpu_exporter/collectors/processes.py",
     Scope.CUDA: "gpu_exporter/collectors/ebpf.py",
 }

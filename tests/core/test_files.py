@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_exporter.readers import files
-from gpu_exporter.readers.sysfs import sysfs
+from gpu_exporter.readers import file_values, files
 
 CAP = 4096
 
@@ -78,7 +77,7 @@ def test_a_fifo_with_a_writer_is_not_read_either(tmp_path: Path) -> None:
     writer = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
     try:
         os.write(writer, b"MemTotal: 1 kB\n")
-        assert sysfs.read_bytes(fifo) is None
+        assert file_values.read_bytes(fifo) is None
     finally:
         os.close(writer)
 
@@ -92,7 +91,7 @@ def test_a_device_is_never_read(tmp_path: Path) -> None:
         files.read_capped(tmp_path / "power1_average", CAP)
     with pytest.raises(files.Refused, match="is a character device"):
         files.head(tmp_path / "power1_average", CAP, stat_first=False)
-    assert sysfs.read_bytes(tmp_path / "power1_average") is None
+    assert file_values.read_bytes(tmp_path / "power1_average") is None
 
 
 def test_a_folder_is_refused(tmp_path: Path) -> None:
@@ -132,13 +131,13 @@ def test_a_file_within_the_cap_is_read_whole(tmp_path: Path) -> None:
 def test_missing_and_unreadable_stay_plain_os_errors(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         files.read_capped(tmp_path / "nope", CAP)
-    assert sysfs.read_bytes(tmp_path / "nope") is None
+    assert file_values.read_bytes(tmp_path / "nope") is None
 
 
 def test_a_refused_sysfs_value_is_a_problem_with_its_reason(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "temp1_input")
-    problems = sysfs.Problems()
-    assert sysfs.read_int(tmp_path / "temp1_input", problems) is None
+    problems = file_values.Problems()
+    assert file_values.read_int(tmp_path / "temp1_input", problems) is None
     assert problems.items == [(str(tmp_path / "temp1_input"),
                                f"{tmp_path / 'temp1_input'}: not read: is a FIFO, not a "
                                "regular file")]
@@ -148,7 +147,6 @@ def test_a_refused_sysfs_value_is_a_problem_with_its_reason(tmp_path: Path) -> N
 NOT_SYSTEM_FILES = {
     "gpu_exporter/http/webconfig.py": "the operator's --web.config.file and the TLS files it names",
     "gpu_exporter/sources/ebpf/loader.py": "the BPF program's source, package data",
-    "gpu_exporter/sources/ebpf/probe_table.py": "a developer's tool rewriting the probe table",
     "gpu_exporter/model/xid_catalog.py": "NVIDIA's Xid Catalog, package data",
 }
 

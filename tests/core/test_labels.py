@@ -14,8 +14,8 @@ from prometheus_client.exposition import generate_latest
 
 from gpu_exporter.collectors.base import Availability, Collector, Sink
 from gpu_exporter.model import catalogue as c
-from gpu_exporter.model import family
-from gpu_exporter.model.family import LabelSchemaError
+from gpu_exporter.model import metric_types
+from gpu_exporter.model.metric_types import LabelSchemaError
 from gpu_exporter.model.settings import Settings
 from gpu_exporter.scrape.exporter import GpuExporterCollector, make_registry
 from tests.helpers import BIN, REPO
@@ -45,7 +45,7 @@ def _scrape(emit: object) -> str:
 
 
 def test_the_suite_checks_every_series() -> None:
-    assert family.CHECK_LABELS, "tests/conftest.py sets GPU_EXPORTER_CHECK_LABELS=1"
+    assert metric_types.CHECK_LABELS, "tests/conftest.py sets GPU_EXPORTER_CHECK_LABELS=1"
 
 
 def test_a_declared_series_passes() -> None:
@@ -78,7 +78,7 @@ def test_an_optional_label_may_be_absent_or_present() -> None:
 def test_mypy_rejects_a_wrong_label_at_the_emit_line(tmp_path: Path) -> None:
     code = textwrap.dedent("""
         from gpu_exporter.model import catalogue as c
-        from gpu_exporter.model.family import Emitted
+        from gpu_exporter.model.metric_types import Emitted
 
         out = Emitted()
         c.HW_GPU_TEMPERATURE.emit(out, 40.0, {"sensor": "die"}, device="GPU-0")

@@ -33,8 +33,8 @@ from prometheus_client.openmetrics.exposition import generate_latest as openmetr
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from gpu_exporter.http.web import App
-from gpu_exporter.http.webserver import Request
+from gpu_exporter.http.app import App
+from gpu_exporter.http.server import Request
 from gpu_exporter.scrape.render import TextRenderer
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"

@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from gpu_exporter.model import abi
+from gpu_exporter.model import ebpf_abi as abi
 from tests.ebpf.conftest import (
     HIP_LIB,
     Build,

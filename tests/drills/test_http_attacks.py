@@ -455,7 +455,7 @@ def test_a_reset_while_the_body_is_written_is_a_debug_line(
         caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]) -> None:
     """The same, made certain to meet the write: the front in this process, answering a
     body (8 MiB) larger than any socket buffer to a client that resets after one byte."""
-    from gpu_exporter.http.webserver import HttpServer, Limits, Request, Response
+    from gpu_exporter.http.server import HttpServer, Limits, Request, Response
 
     body = b"x" * (8 << 20)
 

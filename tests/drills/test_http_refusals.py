@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import get_args
 
-from gpu_exporter.http.webserver import MAX_HEAD_BYTES
+from gpu_exporter.http.server import MAX_HEAD_BYTES
 from gpu_exporter.model.catalogue import HttpRefusalReason
 from tests.drills.test_http_attacks import (
     NO_DEVICES,

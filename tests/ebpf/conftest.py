@@ -93,8 +93,8 @@ def fresh_copy(build: Build, into: Path, programs: Sequence[str] = ("workload",)
 
 def probe_address(pid: int, file: str, symbol: str) -> int:
     """Where `symbol` of `file` is in the memory of process `pid`."""
-    from gpu_exporter.sources.ebpf.discovery import read_maps
     from gpu_exporter.sources.ebpf.elf import ElfFile
+    from gpu_exporter.sources.ebpf.libraries import read_maps
 
     elf = ElfFile.open(file)
     offset = elf.offset_of_vaddr(elf.functions([symbol])[symbol])
@@ -143,9 +143,9 @@ class Workload:
 
 def probe_points(lib: str, symbol: str) -> list[Any]:
     """The collector's entry and return probes of `symbol` in `lib`, as it attaches them
-    (attach.Point, with the probe's cookie)."""
-    from gpu_exporter.model import abi
-    from gpu_exporter.sources.ebpf import attach
+    (uprobes.Point, with the probe's cookie)."""
+    from gpu_exporter.model import ebpf_abi as abi
+    from gpu_exporter.sources.ebpf import uprobes
     from gpu_exporter.sources.ebpf.elf import ElfFile
 
     elf = ElfFile.open(lib)
@@ -153,8 +153,8 @@ def probe_points(lib: str, symbol: str) -> list[Any]:
     assert offset is not None
     probe = abi.BY_SYMBOL[symbol]
     cookie = abi.cookie(abi.INDEX[symbol])
-    return [attach.Point(offset, probe.program, False, cookie),
-            attach.Point(offset, abi.return_program(probe), True, cookie)]
+    return [uprobes.Point(offset, probe.program, False, cookie),
+            uprobes.Point(offset, abi.return_program(probe), True, cookie)]
 
 
 @contextmanager
@@ -164,7 +164,7 @@ def engine() -> Iterator[Any]:
     the test says; closed after."""
     import bcc
 
-    from gpu_exporter.sources.ebpf.probes import Engine
+    from gpu_exporter.sources.ebpf.engine import Engine
 
     e = Engine("/proc", names_max=64, pid_label=True, rescan_interval=3600)
     e.start(bcc)

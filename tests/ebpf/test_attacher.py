@@ -1,4 +1,4 @@
-"""The engine's attacher alone (gpu_exporter/sources/ebpf/attacher.py): the BPF program loaded
+"""The engine's attacher alone (gpu_exporter/sources/ebpf/library_probes.py): the BPF program loaded
 (loader.Program, real bcc), no event loop, no scan: the test hands it the files a scan
 would find. What it attaches is judged by what this program's own maps count, which
 another exporter's probes on the same files cannot change."""
@@ -10,9 +10,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from gpu_exporter.model import abi
-from gpu_exporter.sources.ebpf.attacher import DETACH_AFTER_MISSES, Attacher
-from gpu_exporter.sources.ebpf.discovery import Candidate, FileId
+from gpu_exporter.model import ebpf_abi as abi
+from gpu_exporter.sources.ebpf.libraries import Candidate, FileId
+from gpu_exporter.sources.ebpf.library_probes import DETACH_AFTER_MISSES, Attacher
 from gpu_exporter.sources.ebpf.loader import Program
 from tests.ebpf.conftest import Build, Workload, fresh_copy
 

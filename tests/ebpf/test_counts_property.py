@@ -35,11 +35,11 @@ from prometheus_client import generate_latest
 
 from gpu_exporter.collectors import NvidiaCollector
 from gpu_exporter.collectors.ebpf import EbpfCollector
-from gpu_exporter.model import abi
+from gpu_exporter.model import ebpf_abi as abi
 from gpu_exporter.model.settings import Settings
 from gpu_exporter.scrape.exporter import GpuExporterCollector, make_registry
+from gpu_exporter.sources.ebpf.engine import Engine
 from gpu_exporter.sources.ebpf.loader import load_bpf
-from gpu_exporter.sources.ebpf.probes import Engine
 from gpu_exporter.sources.ebpf.reading import CudaActivity, NvmlView
 from tests.fake_nvml import scenario as fake
 from tests.helpers import Series, parse

@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from gpu_exporter.model import abi
+from gpu_exporter.model import ebpf_abi as abi
 from gpu_exporter.sources.ebpf.graphs import PENDING, Graphs
 
 TGID, RT = 42, abi.API_RUNTIME

@@ -17,15 +17,15 @@ from typing import Any
 
 import pytest
 
-from gpu_exporter.model import abi
-from gpu_exporter.sources.ebpf.attacher import Attacher
-from gpu_exporter.sources.ebpf.discovery import Scanner
+from gpu_exporter.model import ebpf_abi as abi
 from gpu_exporter.sources.ebpf.events import EventLoop
 from gpu_exporter.sources.ebpf.graphs import Graphs
+from gpu_exporter.sources.ebpf.libraries import Scanner
+from gpu_exporter.sources.ebpf.library_probes import Attacher
 from gpu_exporter.sources.ebpf.loader import Program, load_bpf
 from gpu_exporter.sources.ebpf.names import NameCap
+from gpu_exporter.sources.ebpf.rescans import Scans
 from gpu_exporter.sources.ebpf.resolve import Resolver
-from gpu_exporter.sources.ebpf.scanning import Scans
 
 TGID, RT = 4_000_100, abi.API_RUNTIME
 A, B = 0xA000, 0xB000  # kernels (host functions)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_exporter.model import abi
+from gpu_exporter.model import ebpf_abi as abi
 from gpu_exporter.sources.ebpf.elf import ElfFile
 from tests.ebpf.conftest import Build, Workload, attached, copy_program, only_ebpf_args
 from tests.ebpf_parts.test_hip_table import device_prop_offsets

@@ -48,7 +48,7 @@ def _log_counts(logs: str, verb: str) -> dict[str, int]:
 
 def _expected_probes(lib: str) -> int:
     """An entry and a return probe on each probed symbol the file defines."""
-    from gpu_exporter.model import abi
+    from gpu_exporter.model import ebpf_abi as abi
     from gpu_exporter.sources.ebpf.elf import ElfFile
 
     return 2 * len(ElfFile.open(lib).functions(abi.BY_SYMBOL))
@@ -204,17 +204,17 @@ def test_both_attach_mechanisms_place_count_and_remove_probes(cuda_build: Build,
     launches, and are gone after detach."""
     import bcc
 
-    from gpu_exporter.model import abi
-    from gpu_exporter.sources.ebpf import attach
+    from gpu_exporter.model import ebpf_abi as abi
+    from gpu_exporter.sources.ebpf import uprobes
     from gpu_exporter.sources.ebpf.loader import load_bpf, uprobe_programs
 
-    assert attach.uprobe_multi_supported() is None
-    for name in attach.MECHANISMS:
+    assert uprobes.uprobe_multi_supported() is None
+    for name in uprobes.MECHANISMS:
         d = fresh_copy(cuda_build, tmp_path / name)
         lib = str(d / "libcudart.so.12")
         bpf = load_bpf(bcc)
         try:
-            mech = attach.mechanism(name, bpf, bcc)
+            mech = uprobes.mechanism(name, bpf, bcc)
             mech.load(uprobe_programs())
             points = probe_points(lib, "cudaLaunchKernel")
             w = Workload([str(d / "workload"), "threads", "1", "7"])
@@ -270,7 +270,7 @@ def test_a_file_whose_mapper_exits_during_the_attach_is_tried_again(cuda_build: 
     next process that maps it, and that process is counted."""
     import os
 
-    from gpu_exporter.sources.ebpf.discovery import Candidate
+    from gpu_exporter.sources.ebpf.libraries import Candidate
 
     d = fresh_copy(cuda_build, tmp_path / "img", programs=("driver_only",))
     lib = str(d / "libcuda.so.1")

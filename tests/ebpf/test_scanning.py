@@ -1,4 +1,4 @@
-"""The engine's scans alone (gpu_exporter/sources/ebpf/scanning.py) over the real /proc: the
+"""The engine's scans alone (gpu_exporter/sources/ebpf/rescans.py) over the real /proc: the
 processes the tracepoints name are scanned and their CUDA files probed, through the
 attacher and the loaded BPF program (real bcc), with no event loop and no rescan of
 every process."""
@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from gpu_exporter.sources.ebpf.attacher import Attacher
-from gpu_exporter.sources.ebpf.discovery import Scanner
+from gpu_exporter.sources.ebpf.libraries import Scanner
+from gpu_exporter.sources.ebpf.library_probes import Attacher
 from gpu_exporter.sources.ebpf.loader import Program
 from gpu_exporter.sources.ebpf.names import NameCap
+from gpu_exporter.sources.ebpf.rescans import Scans
 from gpu_exporter.sources.ebpf.resolve import Resolver
-from gpu_exporter.sources.ebpf.scanning import Scans
 from tests.ebpf.conftest import Build, Workload, fresh_copy
 
 

@@ -18,7 +18,7 @@ TWO_PLACES = ("-UFAST_THREADS_BITS", "-DFAST_THREADS_BITS=1", "-UFAST_THREADS",
 
 
 def _launches(bpf: Any, pid: int) -> int:
-    from gpu_exporter.model import abi
+    from gpu_exporter.model import ebpf_abi as abi
 
     n = sum(int(v.value) for k, v in bpf[b"stats"].items()
             if k.fam == abi.FAM_LAUNCH and k.tgid == pid)
@@ -35,7 +35,7 @@ def test_threads_beyond_the_table_counted_exactly_and_exits_free_their_places(
         cuda_build: Build, tmp_path: Path) -> None:
     import bcc
 
-    from gpu_exporter.sources.ebpf import attach
+    from gpu_exporter.sources.ebpf import uprobes
     from gpu_exporter.sources.ebpf.loader import attach_raw_tracepoints, load_bpf, uprobe_programs
 
     d = fresh_copy(cuda_build, tmp_path / "img")
@@ -45,7 +45,7 @@ def test_threads_beyond_the_table_counted_exactly_and_exits_free_their_places(
     try:
         assert len(_keys(bpf)) == 2
         tracepoints = attach_raw_tracepoints(bpf, bcc)
-        mech = attach.mechanism(attach.UPROBE_MULTI, bpf, bcc)
+        mech = uprobes.mechanism(uprobes.UPROBE_MULTI, bpf, bcc)
         mech.load(uprobe_programs())
         a = mech.attach(lib, probe_points(lib, "cudaLaunchKernel"))
         try:
@@ -66,7 +66,7 @@ def test_threads_beyond_the_table_counted_exactly_and_exits_free_their_places(
         finally:
             mech.detach([a])
     finally:
-        attach.close_all(tracepoints, os.close)
+        uprobes.close_all(tracepoints, os.close)
         bpf.cleanup()
 
 
@@ -76,14 +76,14 @@ def test_a_place_not_freed_without_the_exit_tracepoint(cuda_build: Build,
     places (so the probes never run without it)."""
     import bcc
 
-    from gpu_exporter.sources.ebpf import attach
+    from gpu_exporter.sources.ebpf import uprobes
     from gpu_exporter.sources.ebpf.loader import load_bpf, uprobe_programs
 
     d = fresh_copy(cuda_build, tmp_path / "img")
     lib = str(d / "libcudart.so.12")
     bpf = load_bpf(bcc, extra_flags=TWO_PLACES)
     try:
-        mech = attach.mechanism(attach.UPROBE_MULTI, bpf, bcc)
+        mech = uprobes.mechanism(uprobes.UPROBE_MULTI, bpf, bcc)
         mech.load(uprobe_programs())
         a = mech.attach(lib, probe_points(lib, "cudaLaunchKernel"))
         try:

@@ -4,6 +4,7 @@ and the log2-to-cumulative bucket conversion."""
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 import re
@@ -11,9 +12,9 @@ import subprocess
 
 import pytest
 
-from gpu_exporter.model import abi
-from gpu_exporter.sources.ebpf.discovery import _NAMED, parse_maps
+from gpu_exporter.model import ebpf_abi as abi
 from gpu_exporter.sources.ebpf.elf import ElfError, ElfFile, read_symbols
+from gpu_exporter.sources.ebpf.libraries import _NAMED, parse_maps
 from gpu_exporter.sources.ebpf.loader import (
     DEFAULT_TRACEPOINT_OFFSETS,
     program_text,
@@ -353,7 +354,7 @@ def test_privilege_check() -> None:
 def test_names_resolve_after_the_process_exited(cuda_build: Build) -> None:
     """A short-lived process: its maps were seen by a scan, then it exited before its
     first launch was named. The scan's maps and the files opened then still name it."""
-    from gpu_exporter.sources.ebpf.discovery import Scanner
+    from gpu_exporter.sources.ebpf.libraries import Scanner
     from gpu_exporter.sources.ebpf.resolve import Resolver
     from tests.ebpf.conftest import Workload, copy_program
 
@@ -375,8 +376,11 @@ def test_names_resolve_after_the_process_exited(cuda_build: Build) -> None:
 
 
 def test_probe_table_in_docs_is_generated_from_abi() -> None:
-    from gpu_exporter.sources.ebpf import probe_table
-
+    spec = importlib.util.spec_from_file_location(
+        "gen_probe_table", REPO / "scripts" / "gen-probe-table.py")
+    assert spec and spec.loader
+    probe_table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe_table)
     doc = (REPO / "docs" / "ebpf.md").read_text()
     assert probe_table.update(doc) == doc, "docs/ebpf.md's probe table is stale: run `make docs`"
     # One row per documented call and kind of count; every probed symbol in one of them.
@@ -414,7 +418,7 @@ def test_docs_state_how_many_probes_the_real_libraries_take() -> None:
 def test_compiler_pages_given_back_after_compiling_and_programs_still_load() -> None:
     import bcc
 
-    from gpu_exporter.sources.ebpf import attach, compiler_pages
+    from gpu_exporter.sources.ebpf import compiler_pages, uprobes
     from gpu_exporter.sources.ebpf.loader import load_bpf, uprobe_programs
 
     bpf = load_bpf(bcc)
@@ -425,7 +429,7 @@ def test_compiler_pages_given_back_after_compiling_and_programs_still_load() -> 
         clean = [m for m in compiler if "w" not in m.perms and m.anonymous_kb == 0]
         # tens of MB of their code were resident while compiling; none is now
         assert sum(m.rss_kb for m in clean) < 1024, clean
-        attach.mechanism(attach.UPROBE_MULTI, bpf, bcc).load(uprobe_programs())
+        uprobes.mechanism(uprobes.UPROBE_MULTI, bpf, bcc).load(uprobe_programs())
     finally:
         bpf.cleanup()
 

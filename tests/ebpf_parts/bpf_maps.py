@@ -13,7 +13,7 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
-from gpu_exporter.model import abi
+from gpu_exporter.model import ebpf_abi as abi
 
 
 class SKey(ctypes.Structure):

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpu_exporter.model import abi
+from gpu_exporter.model import ebpf_abi as abi
 from gpu_exporter.sources.ebpf.counters import Counters
 from gpu_exporter.sources.ebpf.events import Polls
 from gpu_exporter.sources.ebpf.graphs import Graphs

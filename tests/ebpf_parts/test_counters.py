@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_exporter.model import abi
+from gpu_exporter.model import ebpf_abi as abi
 from gpu_exporter.sources.ebpf.counters import STATS, Pending, Row
 from gpu_exporter.sources.ebpf.reading import NvmlView
 from tests.ebpf_parts.parts import parts

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from gpu_exporter.model import abi
+from gpu_exporter.model import ebpf_abi as abi
 from gpu_exporter.readers.procfs.fdinfo import read_drm_clients
 from gpu_exporter.sources.ebpf import hip_devices
 from gpu_exporter.sources.ebpf.counters import STATS

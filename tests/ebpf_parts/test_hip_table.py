@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from gpu_exporter.model import abi
+from gpu_exporter.model import ebpf_abi as abi
 from gpu_exporter.sources.ebpf import hip_errors
 from gpu_exporter.sources.ebpf.names import demangle
 from tests.helpers import REPO

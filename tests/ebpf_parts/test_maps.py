@@ -7,7 +7,7 @@ from __future__ import annotations
 import ctypes
 from pathlib import Path
 
-from gpu_exporter.model import abi
+from gpu_exporter.model import ebpf_abi as abi
 from gpu_exporter.sources.ebpf.reading import CudaActivity
 from tests.ebpf_parts.parts import LIBRARY, Parts, parts
 

@@ -14,8 +14,8 @@ import yaml
 
 from gpu_exporter.collectors import REGISTRY
 from gpu_exporter.collectors.power import RAPL_FIX
+from gpu_exporter.readers.file_values import Problems
 from gpu_exporter.readers.sysfs import power_meter, powercap
-from gpu_exporter.readers.sysfs.sysfs import Problems
 from tests.helpers import (
     REPO,
     eventually,

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
+from gpu_exporter.readers.file_values import Problems
 from gpu_exporter.readers.sysfs import amd, intel, pci
-from gpu_exporter.readers.sysfs.sysfs import Problems
 from tests.helpers import check_golden
 from tests.sysfs.tree import CAPTURES, FIXTURES, FakeSysfs, raw, raw_text
 

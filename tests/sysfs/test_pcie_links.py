@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from gpu_exporter.readers.file_values import Problems
 from gpu_exporter.readers.sysfs import pcie
-from gpu_exporter.readers.sysfs.sysfs import Problems
 from tests.helpers import promtool_check_metrics, value
 from tests.sysfs.conftest import dump, gpu_series
 from tests.sysfs.tree import FakeSysfs, Port, card_switch, raw_text, root_port, set_aer

@@ -25,8 +25,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpu_exporter.readers.file_values import read_bytes
 from gpu_exporter.readers.procfs.procinfo import pod_uid_of
-from gpu_exporter.readers.sysfs.sysfs import read_bytes
 
 DEFAULT_LOG_DIR = "/var/log/pods"
 # Where the kubelet's hierarchy may be, below <sysfs>/fs/cgroup: the unified (v2) mount,

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from gpu_exporter.readers.file_values import Unreadable
 from gpu_exporter.readers.sysfs.pci import normalize_pci_address
-from gpu_exporter.readers.sysfs.sysfs import Unreadable
 
 if TYPE_CHECKING:
     # grpc + protobuf and the generated messages cost about 11 MiB of resident memory:

@@ -39,8 +39,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from gpu_exporter.model.records import GpuTask
+from gpu_exporter.readers.file_values import Unreadable, read_bytes
 from gpu_exporter.readers.sysfs.pci import normalize_pci_address
-from gpu_exporter.readers.sysfs.sysfs import Unreadable, read_bytes
 
 DRIVERS: frozenset[str] = frozenset({"amdgpu", "i915", "xe"})
 _MAX_FDINFO_BYTES = 16384

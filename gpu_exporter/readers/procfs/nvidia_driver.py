@@ -29,8 +29,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpu_exporter.readers.file_values import read_text
 from gpu_exporter.readers.sysfs.pci import normalize_pci_address
-from gpu_exporter.readers.sysfs.sysfs import read_text
 
 # "GPU-????????-…" and "??.??.??.??.??": the driver has not read the value.
 _UNKNOWN = re.compile(r"\?")

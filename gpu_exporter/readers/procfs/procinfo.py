@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from gpu_exporter.readers.sysfs.sysfs import read_bytes
+from gpu_exporter.readers.file_values import read_bytes
 
 Runtime = Literal["docker", "containerd", "cri-o", "podman"]
 # A cgroup file with every v1 hierarchy and deep Kubernetes paths stays well under this.

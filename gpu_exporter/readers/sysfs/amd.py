@@ -32,9 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpu_exporter.model.records import ErrorType, GpuIdentity, GpuReading, GpuTask
-from gpu_exporter.readers.sysfs import amd_gpu_metrics, hwmon
-from gpu_exporter.readers.sysfs.pci import PciGpu, device_name
-from gpu_exporter.readers.sysfs.sysfs import (
+from gpu_exporter.readers.file_values import (
     Layouts,
     Problems,
     has_values,
@@ -44,6 +42,8 @@ from gpu_exporter.readers.sysfs.sysfs import (
     read_int,
     read_text,
 )
+from gpu_exporter.readers.sysfs import amd_gpu_metrics, hwmon
+from gpu_exporter.readers.sysfs.pci import PciGpu, device_name
 
 DRIVERS = ("amdgpu",)
 MAX_BYTES = 1 << 50  # 1 PiB of VRAM: anything above is garbage

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from gpu_exporter.readers.sysfs.sysfs import Problems, listing, numbered, read_int, read_text
+from gpu_exporter.readers.file_values import Problems, listing, numbered, read_int, read_text
 
 MICRO = 1e-6
 # Guards against garbage that parses: no GPU sensor reads above these.

@@ -28,9 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpu_exporter.model.records import GpuIdentity, GpuReading, GpuTask
-from gpu_exporter.readers.sysfs import hwmon
-from gpu_exporter.readers.sysfs.pci import PciGpu, device_name
-from gpu_exporter.readers.sysfs.sysfs import (
+from gpu_exporter.readers.file_values import (
     Layouts,
     Problems,
     has_values,
@@ -39,6 +37,8 @@ from gpu_exporter.readers.sysfs.sysfs import (
     read_int,
     read_text,
 )
+from gpu_exporter.readers.sysfs import hwmon
+from gpu_exporter.readers.sysfs.pci import PciGpu, device_name
 
 DRIVERS = ("i915", "xe")
 MAX_BYTES = 1 << 50

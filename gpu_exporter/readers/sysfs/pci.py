@@ -27,7 +27,7 @@ from pathlib import Path
 
 from gpu_exporter.model.records import Vendor
 from gpu_exporter.readers import files
-from gpu_exporter.readers.sysfs.sysfs import read_text, read_uevent
+from gpu_exporter.readers.file_values import read_text, read_uevent
 
 VENDOR_IDS: dict[int, Vendor] = {0x10DE: "nvidia", 0x1002: "amd", 0x8086: "intel"}
 GPU_CLASSES = (0x03, 0x12)  # display controller, processing accelerator

@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from gpu_exporter.model.records import ErrorType, PcieErrorType, PcieLink
+from gpu_exporter.readers.file_values import Layouts, Problems, parse_int, read_text
 from gpu_exporter.readers.sysfs.pci import normalize_pci_address
-from gpu_exporter.readers.sysfs.sysfs import Layouts, Problems, parse_int, read_text
 
 N = TypeVar("N", int, float)
 

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from gpu_exporter.readers import files
-from gpu_exporter.readers.sysfs.sysfs import (
+from gpu_exporter.readers.file_values import (
     MAX_READ_BYTES,
     Problems,
     listing,

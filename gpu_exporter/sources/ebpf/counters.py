@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
-from gpu_exporter.model import abi
+from gpu_exporter.model import ebpf_abi as abi
 from gpu_exporter.sources.ebpf import cuda_errors, hip_errors
 from gpu_exporter.sources.ebpf.graphs import PENDING, Graphs
 from gpu_exporter.sources.ebpf.names import OTHER

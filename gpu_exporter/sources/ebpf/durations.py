@@ -14,7 +14,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from gpu_exporter.model import abi
+from gpu_exporter.model import ebpf_abi as abi
 
 # struct ehead (type, tgid, fam = completion, sub, pad = device, id = bound ns, target),
 # then tag[GROUP_KERNELS], n[GROUP_KERNELS], other

@@ -13,12 +13,12 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from gpu_exporter.model import abi
+from gpu_exporter.model import ebpf_abi as abi
 from gpu_exporter.sources.ebpf.durations import Durations
 from gpu_exporter.sources.ebpf.graphs import Graphs
 from gpu_exporter.sources.ebpf.loader import Program, scalar
+from gpu_exporter.sources.ebpf.rescans import Scans
 from gpu_exporter.sources.ebpf.resolve import Resolver
-from gpu_exporter.sources.ebpf.scanning import Scans
 
 log = logging.getLogger("gpu_exporter.ebpf")
 

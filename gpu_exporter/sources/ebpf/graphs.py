@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
-from gpu_exporter.model import abi
+from gpu_exporter.model import ebpf_abi as abi
 
 Node = tuple[int, int]  # (the api of the kernel's launch key, the kernel's id)
 Nodes = list[Node] | None  # None: not known whole

@@ -15,9 +15,9 @@ from collections.abc import Callable, Iterable
 from importlib import resources
 from typing import Any
 
-from gpu_exporter.model import abi
+from gpu_exporter.model import ebpf_abi as abi
 from gpu_exporter.readers import files
-from gpu_exporter.sources.ebpf import attach, compiler_pages
+from gpu_exporter.sources.ebpf import compiler_pages, uprobes
 
 TRACEFS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
 # (category, event, program, {format field: the -D name of its offset})
@@ -103,7 +103,7 @@ def uprobe_programs() -> list[str]:
 TAIL_PROGRAMS: tuple[str, ...] = ("close_groups",)
 
 
-def load_tails(mech: attach.Mechanism) -> None:
+def load_tails(mech: uprobes.Mechanism) -> None:
     """The tail-called programs loaded (as uprobe programs: a tail call stays within one
     program type and attach type) and set in `tails`."""
     mech.load(TAIL_PROGRAMS)
@@ -121,11 +121,11 @@ def attach_raw_tracepoints(bpf: Any, bcc: Any) -> list[int]:
         try:
             fd = bpf.load_func(program.encode(), bcc.BPF.RAW_TRACEPOINT).fd
         except Exception as exc:
-            attach.close_all(fds, os.close)
+            uprobes.close_all(fds, os.close)
             raise LoadError(f"BPF program {program} failed to load: {exc}") from exc
         tp = lib.bpf_attach_raw_tracepoint(fd, event.encode())
         if tp < 0:
-            attach.close_all(fds, os.close)
+            uprobes.close_all(fds, os.close)
             raise LoadError(f"cannot attach to raw tracepoint {event} (error {tp})")
         fds.append(tp)
     return fds
@@ -133,14 +133,14 @@ def attach_raw_tracepoints(bpf: Any, bcc: Any) -> list[int]:
 
 def choose_mechanism(wanted: str) -> tuple[str, str | None]:
     """The attach mechanism to use, and why the better one is not used, if it is not."""
-    if wanted == attach.PERF_EVENT:
-        return attach.PERF_EVENT, "perf_event chosen by --ebpf.attach-mechanism"
-    problem = attach.uprobe_multi_supported()
+    if wanted == uprobes.PERF_EVENT:
+        return uprobes.PERF_EVENT, "perf_event chosen by --ebpf.attach-mechanism"
+    problem = uprobes.uprobe_multi_supported()
     if problem is None:
-        return attach.UPROBE_MULTI, None
-    if wanted == attach.UPROBE_MULTI:
+        return uprobes.UPROBE_MULTI, None
+    if wanted == uprobes.UPROBE_MULTI:
         raise LoadError(f"--ebpf.attach-mechanism=uprobe_multi: {problem}")
-    return attach.PERF_EVENT, problem
+    return uprobes.PERF_EVENT, problem
 
 
 def check(bcc: Any) -> str:
@@ -150,7 +150,7 @@ def check(bcc: Any) -> str:
     bpf = load_bpf(bcc, offsets)
     try:
         name, _ = choose_mechanism("auto")
-        mech = attach.mechanism(name, bpf, bcc)
+        mech = uprobes.mechanism(name, bpf, bcc)
         try:
             mech.load(uprobe_programs())
             load_tails(mech)
@@ -172,7 +172,7 @@ class Program:
     def __init__(self, wanted_mechanism: str = "auto") -> None:
         self.wanted_mechanism = wanted_mechanism
         self.bpf: Any = None
-        self.mech: attach.Mechanism | None = None
+        self.mech: uprobes.Mechanism | None = None
         self.mechanism_problem: str | None = None  # why uprobe_multi is not used
         self.tracking_problem: str | None = None  # why exec/mmap tracking is off
         self.tracepoint_fds: list[int] = []
@@ -193,7 +193,7 @@ class Program:
         buffers read by the two callbacks; the mechanism's name. On an exception, what
         was done is undone by unload()."""
         name, self.mechanism_problem = choose_mechanism(self.wanted_mechanism)
-        self.mech = attach.mechanism(name, self.bpf, bcc)
+        self.mech = uprobes.mechanism(name, self.bpf, bcc)
         try:
             self.mech.load(uprobe_programs())
             load_tails(self.mech)
@@ -220,11 +220,11 @@ class Program:
                 return
             self.tracepoint_fds.append(tp)
 
-    def unload(self, attachments: Iterable[attach.Attachment]) -> None:
+    def unload(self, attachments: Iterable[uprobes.Attachment]) -> None:
         """The uprobes of `attachments` detached, the tracepoints closed, the program
         and its maps freed."""
         if self.mech is not None:
             self.mech.detach(attachments)
-        attach.close_all(self.tracepoint_fds, os.close)
+        uprobes.close_all(self.tracepoint_fds, os.close)
         self.tracepoint_fds = []
         self.bpf.cleanup()

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpu_exporter.model import abi
+from gpu_exporter.model import ebpf_abi as abi
 from gpu_exporter.sources.ebpf import completion
 from gpu_exporter.sources.ebpf.counters import STATS, Counters, Pending, launch_tag, serial
 from gpu_exporter.sources.ebpf.events import Polls

@@ -3,7 +3,7 @@
 // sight of a key, a handle-to-name mapping) go through the ring buffer.
 //
 // Constants in capitals without a definition here (STATS_MAX, FAM_*, ...) are defined by
-// gpu_exporter/model/abi.py when the program is compiled, so the Python side and this
+// gpu_exporter/model/ebpf_abi.py when the program is compiled, so the Python side and this
 // file cannot disagree.
 //
 // x86-64 only: argument registers (PT_REGS_PARM*), stack arguments and the return address

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
-from gpu_exporter.model.abi import Completion, CudaApi, MemoryType
+from gpu_exporter.model.ebpf_abi import Completion, CudaApi, MemoryType
 
 # Fixed bucket bounds. The BPF side keeps log2 slots (slot s holds values in
 # (2^(s-1), 2^s]); every bound below is a power of two, so the cumulative counts are exact.

@@ -9,10 +9,10 @@ import threading
 from collections.abc import Callable
 from typing import Final
 
-from gpu_exporter.model import abi
+from gpu_exporter.model import ebpf_abi as abi
 from gpu_exporter.readers.sysfs.pci import normalize_pci_address
-from gpu_exporter.sources.ebpf.discovery import FileId, Mapping, open_path, read_maps
 from gpu_exporter.sources.ebpf.elf import ElfError, ElfFile, ElfSymbols
+from gpu_exporter.sources.ebpf.libraries import FileId, Mapping, open_path, read_maps
 from gpu_exporter.sources.ebpf.names import UNKNOWN, NameCap, kernel_name
 
 Handle = tuple[int, int]  # (tgid, handle value)

@@ -20,8 +20,8 @@ from typing import Any
 import pynvml
 
 from gpu_exporter.model.records import ErrorType, PcieErrorType, PcieLink
+from gpu_exporter.readers.file_values import Problems
 from gpu_exporter.readers.sysfs import pcie as sysfs_pcie
-from gpu_exporter.readers.sysfs.sysfs import Problems
 from gpu_exporter.sources.nvml.calls import ABSENT, Calls
 
 GEN_TRANSFERS: Mapping[int, float] = {1: 2.5e9, 2: 5e9, 3: 8e9, 4: 16e9, 5: 32e9, 6: 64e9}

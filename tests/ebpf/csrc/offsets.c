@@ -1,5 +1,5 @@
 /* Prints the layout facts the BPF program decodes, from structs declared as the CUDA
- * headers declare them; tests/ebpf/test_abi.py compares them with gpu_exporter/model/abi.py. */
+ * headers declare them; tests/ebpf/test_abi.py compares them with gpu_exporter/model/ebpf_abi.py. */
 #include "cuda_fake.h"
 #include <stddef.h>
 #include <stdio.h>

@@ -1,6 +1,6 @@
 """What the exporter answers: /metrics (text or OpenMetrics, gzip on request, `name[]`
 filtering), /, /healthz, behind basic auth when configured. Connections, parsing, limits
-and TLS are the front's (gpu_exporter/http/webserver.py)."""
+and TLS are the front's (gpu_exporter/http/server.py)."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from prometheus_client.openmetrics.exposition import generate_latest as openmetr
 from prometheus_client.registry import CollectorRegistry
 
 from gpu_exporter import __version__
+from gpu_exporter.http.server import HttpServer, Limits, Request, Response, error_response
 from gpu_exporter.http.webconfig import AuthBusy, BasicAuth, CertificateReloader, WebConfig
-from gpu_exporter.http.webserver import HttpServer, Limits, Request, Response, error_response
 from gpu_exporter.model import flagtypes
 from gpu_exporter.model.settings import ConfigError
 from gpu_exporter.scrape.render import TextRenderer

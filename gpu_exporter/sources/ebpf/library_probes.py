@@ -12,10 +12,10 @@ from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
-from gpu_exporter.model import abi
-from gpu_exporter.sources.ebpf import attach
-from gpu_exporter.sources.ebpf.discovery import Candidate, FileId
+from gpu_exporter.model import ebpf_abi as abi
+from gpu_exporter.sources.ebpf import uprobes
 from gpu_exporter.sources.ebpf.elf import ElfError, ElfFile
+from gpu_exporter.sources.ebpf.libraries import Candidate, FileId
 from gpu_exporter.sources.ebpf.loader import Program
 
 log = logging.getLogger("gpu_exporter.ebpf")
@@ -31,7 +31,7 @@ class _File:
 
     file: FileId
     path: str  # as the first process seen mapping it saw it
-    attachment: attach.Attachment
+    attachment: uprobes.Attachment
     misses: int = 0  # rescans in a row that found no process mapping it
 
 
@@ -84,8 +84,8 @@ class Attacher:
                 if offset is None:
                     continue
                 cookie = abi.cookie(abi.INDEX[probe_symbol])
-                points.append(attach.Point(offset, probe.program, False, cookie))
-                points.append(attach.Point(offset, abi.return_program(probe), True, cookie))
+                points.append(uprobes.Point(offset, probe.program, False, cookie))
+                points.append(uprobes.Point(offset, abi.return_program(probe), True, cookie))
         except ElfError as exc:
             self._attach_failed(cand, "cannot read symbols of", exc)
             return
@@ -94,7 +94,7 @@ class Attacher:
             return
         try:
             attachment = mech.attach(cand.open_path, points)
-        except attach.AttachError as exc:
+        except uprobes.AttachError as exc:
             self._attach_failed(cand, "cannot attach probes to", exc)
             return
         with self._files_lock:

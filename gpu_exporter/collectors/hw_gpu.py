@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from gpu_exporter.model import catalogue as c
 from gpu_exporter.model import xid_catalog
-from gpu_exporter.model.family import Emitted
 from gpu_exporter.model.labels import DeviceLabels, known
+from gpu_exporter.model.metric_types import Emitted
 from gpu_exporter.model.records import (
     NVLINK_STATES,
     RECOVERY_ACTIONS,

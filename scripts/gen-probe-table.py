@@ -1,18 +1,19 @@
 """The table of every probed symbol in docs/ebpf.md, generated from abi.py:
-`python -m gpu_exporter.sources.ebpf.probe_table docs/ebpf.md` (part of `make docs`) rewrites what
-lies between the markers and leaves the rest of the file alone."""
+`python scripts/gen-probe-table.py docs/ebpf.md` (part of `make docs`) rewrites what lies
+between the markers and leaves the rest of the file alone; a build tool, outside the
+runtime package."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-from gpu_exporter.model import abi
+from gpu_exporter.model import ebpf_abi as abi
 
-BEGIN = ("<!-- probes:begin (generated from gpu_exporter/model/abi.py by `make docs`; "
+BEGIN = ("<!-- probes:begin (generated from gpu_exporter/model/ebpf_abi.py by `make docs`; "
          "do not edit) -->")
 END = "<!-- probes:end -->"
-HIP_BEGIN = ("<!-- hip-probes:begin (generated from gpu_exporter/model/abi.py by "
+HIP_BEGIN = ("<!-- hip-probes:begin (generated from gpu_exporter/model/ebpf_abi.py by "
              "`make docs`; do not edit) -->")
 HIP_END = "<!-- hip-probes:end -->"
 CUDA_PROBES = abi.RUNTIME_PROBES + abi.DRIVER_PROBES

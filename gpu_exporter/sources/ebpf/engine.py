@@ -20,17 +20,17 @@ import threading
 import time
 from typing import Any
 
-from gpu_exporter.sources.ebpf.attacher import Attacher
 from gpu_exporter.sources.ebpf.counters import Counters
-from gpu_exporter.sources.ebpf.discovery import Scanner
 from gpu_exporter.sources.ebpf.events import EventLoop
 from gpu_exporter.sources.ebpf.graphs import Graphs
+from gpu_exporter.sources.ebpf.libraries import Scanner
+from gpu_exporter.sources.ebpf.library_probes import Attacher
 from gpu_exporter.sources.ebpf.loader import Program
 from gpu_exporter.sources.ebpf.maps import MapReader
 from gpu_exporter.sources.ebpf.names import NameCap
 from gpu_exporter.sources.ebpf.reading import CudaActivity, NvmlView
+from gpu_exporter.sources.ebpf.rescans import Scans
 from gpu_exporter.sources.ebpf.resolve import Resolver
-from gpu_exporter.sources.ebpf.scanning import Scans
 
 log = logging.getLogger("gpu_exporter.ebpf")
 

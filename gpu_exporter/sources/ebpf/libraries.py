@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from gpu_exporter.model.abi import MARKER_SYMBOLS
+from gpu_exporter.model.ebpf_abi import MARKER_SYMBOLS
 from gpu_exporter.readers import files
 from gpu_exporter.sources.ebpf.elf import ElfError, ElfFile
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 import threading
 
-from gpu_exporter.sources.ebpf.attacher import Attacher
-from gpu_exporter.sources.ebpf.discovery import Scanner
+from gpu_exporter.sources.ebpf.libraries import Scanner
+from gpu_exporter.sources.ebpf.library_probes import Attacher
 from gpu_exporter.sources.ebpf.loader import Program
 from gpu_exporter.sources.ebpf.resolve import Resolver
 
