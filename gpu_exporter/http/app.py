@@ -8,6 +8,7 @@ import asyncio
 import gzip
 import html
 import logging
+import math
 import re
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -21,7 +22,14 @@ from prometheus_client.registry import CollectorRegistry
 
 from gpu_exporter import __version__
 from gpu_exporter.http.server import HttpServer, Limits, Request, Response, error_response
-from gpu_exporter.http.webconfig import AuthBusy, BasicAuth, CertificateReloader, WebConfig
+from gpu_exporter.http.webconfig import (
+    AuthBusy,
+    AuthLimited,
+    BasicAuth,
+    CertificateReloader,
+    LiveWebConfig,
+    WebConfig,
+)
 from gpu_exporter.model import flagtypes
 from gpu_exporter.model.settings import ConfigError
 from gpu_exporter.scrape.render import TextRenderer
@@ -74,7 +82,8 @@ class App:
     in bounded thread pools, never on the front's event loop."""
 
     def __init__(self, registry: CollectorRegistry, telemetry_path: str = "/metrics",
-                 auth: BasicAuth | None = None, workers: int = SCRAPE_WORKERS) -> None:
+                 auth: BasicAuth | None = None, workers: int = SCRAPE_WORKERS,
+                 web: LiveWebConfig | None = None) -> None:
         self.registry = registry
         # prometheus_client's own /metrics application: content negotiation (text,
         # OpenMetrics), gzip, and `name[]` filtering, exactly as the library serves them.
@@ -83,7 +92,10 @@ class App:
         # library's bytes, rendered faster.
         self.text = TextRenderer()
         self.telemetry_path = telemetry_path
-        self.auth = auth
+        self._auth = auth
+        # The web config in effect when serving (re-read when its file changes): its
+        # users replace `auth`.
+        self.web = web
         self._workers = ThreadPoolExecutor(max_workers=workers,
                                            thread_name_prefix="http-scrape")
 
@@ -119,20 +131,36 @@ class App:
             return _text(200, b"ok\n", head)
         return _text(404, b"404 page not found\n", head)
 
+    @property
+    def auth(self) -> BasicAuth | None:
+        if self.web is not None:
+            self.web.refresh()
+            return self.web.auth
+        return self._auth
+
     async def _denied(self, request: Request, path: str, head: bool) -> Response | None:
         # /healthz stays open so liveness probes and the image's HEALTHCHECK need no
         # password; it tells nothing but "ok".
-        if self.auth is None or path == "/healthz":
+        auth = self.auth
+        if auth is None or path == "/healthz":
             return None
         try:
-            if await self.auth.check_async(request.headers.get("authorization")):
+            if await auth.check_async(request.headers.get("authorization"), request.peer):
                 return None
         except AuthBusy:
             return _text(503, b"503 too many password checks at once, retry later\n", head,
-                         [("Retry-After", "1")])
-        # One answer whatever was wrong (user, password, scheme, encoding).
+                         [("Retry-After", "1")], close=True)
+        except AuthLimited as exc:
+            # The address spent its budget of failed checks: no bcrypt (as nginx's
+            # limit_req answers, with the status RFC 6585 gives it).
+            return _text(429, b"429 too many failed logins from this address\n", head,
+                         [("Retry-After", str(max(1, math.ceil(exc.retry_after))))],
+                         close=True)
+        # One answer whatever was wrong (user, password, scheme, encoding); the
+        # connection closes after it, so a client that never authenticates holds no slot
+        # (and its pipelined requests are not answered one 401 at a time).
         return _text(401, b"Unauthorized\n", head,
-                     [("WWW-Authenticate", 'Basic realm="gpu-exporter"')])
+                     [("WWW-Authenticate", 'Basic realm="gpu-exporter"')], close=True)
 
     def _metrics(self, query: str, headers: dict[str, str], head: bool) -> Response:
         accept = accept_known_versions(headers.get("accept", ""))
