@@ -22,7 +22,6 @@ OVER: dict[str, str] = {
                  "engine, left for after the move of NVML's sources",
     "ProcessesCollector": "the process families and the energy split (319); attribution "
                           "becomes its own step in issue #24 (another worktree)",
-    "HttpServer": "the asyncio HTTP front of issue #21 (302), at the limit",
 }
 
 
