@@ -20,8 +20,6 @@ HARD_MAX = 400  # not even a listed class
 OVER: dict[str, str] = {
     "NvmlStack": "the NVML session and every feature probe (371); not split with the eBPF "
                  "engine, left for after the move of NVML's sources",
-    "ProcessesCollector": "the process families and the energy split (319); attribution "
-                          "becomes its own step in issue #24 (another worktree)",
 }
 
 
