@@ -8,9 +8,11 @@ wrong passwords could keep it busy. Two bounds, both decided before bcrypt is as
   and refunded when it passes, so a scraper with the right password never spends its
   budget, and an address whose budget is spent is answered 429 with no bcrypt at all.
 - `FairChecks`: the checks that wait are served one address after the other (round
-  robin), at most `per_address` waiting from one address and `max_waiting` in all, so
-  forty clients on one address hold one turn in the rotation, not forty; credentials
-  that passed before (vouched) go ahead of all of them and are never refused.
+  robin, an address with nothing waiting first), at most `per_address` waiting from one
+  address and `max_waiting` in all, so forty clients on one address hold one turn in
+  the rotation, not forty: a scraper on another address waits for the check in
+  progress, then its own. Credentials that passed before (vouched) go ahead of all of
+  them and are never refused.
 
 An address is an IPv4 address, or an IPv6 /64 (what one host or one customer of a
 provider is usually given: counting single IPv6 addresses would let one host spend 2^64
@@ -134,7 +136,9 @@ class FailureBudget:
 # takes one core, and scrapes keep the others).
 BCRYPT_THREADS = 1
 MAX_WAITING_CHECKS = 64
-MAX_WAITING_PER_ADDRESS = 4
+# Two: one address's check in progress and one waiting are all it can have ahead of a
+# newcomer (which takes the next turn).
+MAX_WAITING_PER_ADDRESS = 2
 
 _Job = tuple[Callable[[], bool], "futures.Future[bool]"]
 
@@ -177,7 +181,10 @@ class FairChecks:
                         mine is not None and len(mine) >= self._per_address):
                     raise AuthBusy
                 if mine is None:
+                    # A newcomer takes the next turn: ahead of the addresses that were
+                    # served already (they go to the back after each check).
                     mine = self._by_address[key] = deque()
+                    self._by_address.move_to_end(key, last=False)
                 mine.append((check, future))
                 self._waiting += 1
             self._cond.notify()

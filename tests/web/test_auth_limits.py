@@ -78,19 +78,21 @@ def test_waiting_checks_take_turns_by_address() -> None:
     gate.set()
     for f in futures:
         assert f.result(10)
-    assert order.index("scraper") <= 2, order
+    # After the check that was in progress (and one more, if the thread had not yet
+    # taken the first when the scraper came).
+    assert order.index("scraper") <= 1, order
 
 
 def test_one_address_waits_for_a_few_checks_at_most() -> None:
-    checks = FairChecks(max_waiting=64, per_address=4)
+    checks = FairChecks(max_waiting=64, per_address=2)
     gate = threading.Event()
     try:
         held = []
         with pytest.raises(AuthBusy):
-            # Four wait (and one more may have been taken by the thread already).
-            for _ in range(6):
+            # Two wait (and one more may have been taken by the thread already).
+            for _ in range(4):
                 held.append(checks.submit(lambda: gate.wait(10), False, "127.0.0.2"))
-        assert len(held) in (4, 5)
+        assert len(held) in (2, 3)
         # Another address, and vouched credentials, are still taken.
         held.append(checks.submit(lambda: True, False, "127.0.0.1"))
         held.append(checks.submit(lambda: True, True, "127.0.0.2"))
