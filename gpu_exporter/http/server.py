@@ -355,7 +355,7 @@ class _Exchange:
                               else "malformed_request")
                 await self._send(writer, h, None, error_response(
                     exc.error_status_hint, _protocol_message(exc)), conn)
-                await _linger(writer, reader)
+                await _linger(writer, reader, conn)
                 return
             if not isinstance(event, h11.Request):
                 return  # the client closed between requests
@@ -387,7 +387,7 @@ class _Exchange:
             if h.their_state is not h11.DONE:
                 # Unread request bytes: a plain close would reset the connection and the
                 # client could lose the answer.
-                await _linger(writer, reader)
+                await _linger(writer, reader, conn)
                 return
             if response.close or h.our_state is not h11.DONE:
                 return
@@ -759,7 +759,13 @@ async def _linger_raw(sock: socket.socket, seconds: float = LINGER_SECONDS) -> N
                 read += len(chunk)
 
 
-async def _linger(writer: asyncio.StreamWriter, reader: asyncio.StreamReader) -> None:
+async def _linger(writer: asyncio.StreamWriter, reader: asyncio.StreamReader,
+                  conn: _Conn | None = None) -> None:
+    if conn is not None:
+        # Nothing more is owed to it: the first to make room for a new connection (600
+        # TLS clients refused with 401 before their slow bodies lingered a second each,
+        # and held every place).
+        conn.waiting, conn.since = True, 0.0
     with contextlib.suppress(OSError, RuntimeError, NotImplementedError):
         if writer.can_write_eof():
             writer.write_eof()

@@ -126,7 +126,8 @@ def test_slow_bodies_over_tls_are_refused_before_their_body(tmp_path: Path) -> N
             stop.set()
         peak = status_kib(exp.pid, "VmHWM")
         report({"attack": "600 slow bodies over TLS, basic auth",
-                "answered": f"{len(paced.answered)}/20",
+                "answered": f"{len(paced.answered)}/20", "failed": paced.failed[:3],
+                "slowest_s": round(max(paced.answered), 2) if paced.answered else None,
                 "rss_mib": f"{idle // 1024} -> {peak // 1024}"})
         assert len(paced.answered) >= 18, paced.failed[:5]
         assert peak <= idle + MAX_CONNECTIONS * TLS_KIB_PER_CONNECTION, (idle, peak)
