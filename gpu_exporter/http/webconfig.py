@@ -91,9 +91,9 @@ _BCRYPT_PREFIXES = ("2a", "2b", "2x", "2y")
 # bcrypt's own minimum; the maximum is gpu-exporter's (bcrypt reads up to 31). A check runs
 # on the one bcrypt thread and a scraper whose cached success expired waits for the check
 # in progress, then its own: two checks must fit in Prometheus' 10 s scrape timeout on a
-# busy node. Cost 14 took 2.0 s on the shared 2-core VM (16: 7.5 s, 31: about 3 days);
-# docs/web-front.md, "Basic auth". exporter-toolkit (Go's bcrypt) accepts up to 31, and a
-# login at such a cost holds its worker for as long.
+# busy node. Cost 14 took 0.9 s on the shared 2-core VM, 2.0 s loaded (16: 3.6 s and
+# 7.5 s; 31: about 3 days): docs/web-front.md, "bcrypt costs: 4 to 14". exporter-toolkit
+# (Go's bcrypt) accepts up to 31, and a login at such a cost holds its worker as long.
 MIN_BCRYPT_COST = 4
 MAX_BCRYPT_COST = 14
 # A web config is a few hundred bytes; the cap only keeps a wrong path (a log, an image)
@@ -327,7 +327,7 @@ def _parse_users(source: str, raw: dict[str, Any]) -> dict[str, bytes]:
         if cost > MAX_BCRYPT_COST:
             raise _fail(source, f"{where}: bcrypt cost {cost} is above the {MAX_BCRYPT_COST} "
                                 "gpu-exporter serves (each further step doubles a check's "
-                                f"time; {MAX_BCRYPT_COST} takes about 2 s) {_RECIPE}")
+                                f"time; {MAX_BCRYPT_COST} takes about a second) {_RECIPE}")
         _readable_by_bcrypt(source, where, hashed.encode(), match["cost"])
         users[user] = hashed.encode()
     return users
