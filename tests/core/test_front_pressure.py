@@ -201,3 +201,35 @@ def test_a_401_closes_the_connection_and_429_past_the_budget() -> None:
         server.shutdown()
         server.server_close()
         loop.join(10)
+
+
+def test_scrapes_asking_while_a_page_renders_share_the_next_rendering() -> None:
+    """SharedRenders: 50 scrapes that come while a page renders cost one rendering more,
+    not 50, and none gets a rendering that began before it asked."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from gpu_exporter.http.app import SharedRenders
+
+    began: list[int] = []
+    gate = threading.Event()
+
+    def make() -> bytes:
+        began.append(len(began) + 1)
+        n = began[-1]
+        gate.wait(10)
+        return str(n).encode()
+
+    async def scenario() -> tuple[bytes, list[bytes]]:
+        shared = SharedRenders(ThreadPoolExecutor(max_workers=4))
+        first = asyncio.ensure_future(shared.get("page", make))
+        while not began:  # the first rendering under way
+            await asyncio.sleep(0.001)
+        later = [asyncio.ensure_future(shared.get("page", make)) for _ in range(50)]
+        await asyncio.sleep(0.05)
+        assert began == [1]  # the later ones wait for the next, which has not begun
+        gate.set()
+        return await first, list(await asyncio.gather(*later))
+
+    first, later = asyncio.run(scenario())
+    assert first == b"1" and set(later) == {b"2"}
+    assert began == [1, 2]
