@@ -204,6 +204,16 @@ HW_GPU_XID_ERRORS = Counter(
     "gpu_exporter/model/xid_catalog.csv",
 )
 
+HW_GPU_XID_LAST = Gauge(
+    "hw_gpu_xid_last_code",
+    "The code of the last XID event on the GPU; absent until its first since the exporter "
+    "started, then held until the exporter (or its NVML session) starts again.",
+    D, NoLabels, sources="NVML event listener (critical XID events)",
+    dcgm="DCGM_FI_DEV_XID_ERRORS (DCGM_FI_DEV_XID_ERROR from dcgm-exporter 4.9): the same "
+    "code, held the same way (DCGM keeps its field's last value until its host engine "
+    "restarts)",
+)
+
 
 class RecoveryActionLabels(TypedDict):
     action: RecoveryAction

@@ -138,6 +138,7 @@ class GpuReading:
     io_bytes: Mapping[Direction, int] = field(default_factory=dict)
     errors: Mapping[ErrorType, int] = field(default_factory=dict)  # cumulative counts
     xid_errors: Mapping[int, int] = field(default_factory=dict)  # xid code -> count
+    last_xid: int | None = None  # the code of the last XID (None: none since the start)
     throttle_active: Mapping[str, bool] = field(default_factory=dict)  # reason -> active
     state: HealthState | None = None
     pcie_link: PcieLink | None = None
