@@ -185,7 +185,7 @@ HW_ERRORS = Counter(
     "nvlink_crc_flit, nvlink_crc_data, nvlink_replay, nvlink_recovery: "
     "DCGM_FI_DEV_NVLINK_CRC_FLIT/CRC_DATA/REPLAY/RECOVERY_ERROR_COUNT_TOTAL (per link: "
     "…_L0, …); nvlink_ecc_data, pcie_correctable/nonfatal/fatal, xid: none "
-    "(DCGM_FI_DEV_XID_ERRORS is the last XID, not a count)",
+    "(dcgm-exporter's XID field is the last code, not a count: hw_gpu_xid_last_code)",
 )
 
 
