@@ -10,7 +10,7 @@ SYSPY  := /usr/bin/python3
 ARGS   ?=
 PYTEST_ARGS ?=
 
-.PHONY: podresources-stubs run check test bench lint typecheck docs docs-check system-deps system-deps-run venv clean demo
+.PHONY: podresources-stubs run check test bench lint typecheck docs docs-check system-deps system-deps-run venv clean demo image
 
 system-deps:
 	bash scripts/install-system-deps.sh scripts/apt-packages.txt
@@ -86,6 +86,13 @@ bench: system-deps venv
 # that the signal stops the demo alone and make ends with the demo's exit 0.
 demo: system-deps venv
 	@$(SYSPY) scripts/foreground.py bash scripts/demo.sh
+
+# The container image, tagged with the package version (IMAGE=registry/name to name it
+# for your registry); a release tag publishes it multi-arch (.github/workflows/release.yml).
+IMAGE   ?= gpu-exporter
+VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"$$/\1/p' gpu_exporter/__init__.py)
+image:
+	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE):$(VERSION) .
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
