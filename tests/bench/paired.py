@@ -20,6 +20,9 @@ of a commit: `git archive <commit> gpu_exporter | tar -x -C /tmp/base`.
         Prometheus 3), every (tree, scraper) once a round in an order reversed every
         round; CPU of the whole process per scrape, and its ratio to vmagent's in the
         same tree (issue #34's target: at most 1.15x).
+    python -m tests.bench.paired idle GPUS PROCESSES SECONDS name=tree ...
+        real processes scraped 10 times, then left alone for SECONDS: CPU per second
+        of all their threads (schedstat), and of each thread by name, and wake-ups.
     python -m tests.bench.paired inprocess GPUS PROCESSES KERNEL_SERIES ROUNDS name=tree ...
         one process per tree running `fleet.in_process` (the nvidia, processes and eBPF
         collectors, the eBPF one fed KERNEL_SERIES recorded series) asked for one
@@ -192,6 +195,45 @@ def one_hertz(gpus: int, processes: int, seconds: int, trees: Sequence[tuple[str
                   f"{rss_mib(proc.pid):.1f} MiB at the end")
 
 
+def thread_cpu_ns(pid: int) -> dict[str, tuple[int, int]]:
+    """(CPU ns, voluntary context switches) of each of `pid`'s threads, by "tid name"
+    (Python threads all carry the interpreter's name)."""
+    out: dict[str, tuple[int, int]] = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError):
+            task = Path(f"/proc/{pid}/task/{tid}")
+            name = f"{tid} {(task / 'comm').read_text().strip()}"
+            ns = int((task / "schedstat").read_text().split()[0])
+            switches = next(int(line.split()[1]) for line in
+                            (task / "status").read_text().splitlines()
+                            if line.startswith("voluntary_ctxt_switches:"))
+            cpu, woke = out.get(name, (0, 0))
+            out[name] = cpu + ns, woke + switches
+    return out
+
+
+def idle(gpus: int, processes: int, seconds: int, trees: Sequence[tuple[str, str]]) -> None:
+    with servers(gpus, processes, trees) as running:
+        time.sleep(1)  # the last scrape's hand-offs done
+        before = {name: thread_cpu_ns(proc.pid) for name, proc, _ in running}
+        t0 = time.monotonic()
+        time.sleep(seconds)
+        wall = time.monotonic() - t0
+        for name, proc, _ in running:
+            after = thread_cpu_ns(proc.pid)
+            rows = {t: (cpu - before[name].get(t, (0, 0))[0],
+                        woke - before[name].get(t, (0, 0))[1])
+                    for t, (cpu, woke) in after.items()}
+            total = sum(cpu for cpu, _ in rows.values())
+            wakes = sum(woke for _, woke in rows.values())
+            busiest = sorted(rows.items(), key=lambda r: -r[1][0])[:4]
+            print(f"{gpus} GPUs, {processes} processes, idle {seconds} s, {name}: "
+                  f"{total / 1e6 / wall:.3f} ms CPU per second, {wakes / wall:.1f} wake-ups "
+                  "per second; by thread: " + ", ".join(
+                      f"{t} {cpu / 1e6 / wall:.3f} ms/s {woke / wall:.1f}/s"
+                      for t, (cpu, woke) in busiest))
+
+
 def burst(gpus: int, processes: int, scrapers: int, trees: Sequence[tuple[str, str]]) -> None:
     """RSS after start-up, then after `scrapers` concurrent scrapers (5 scrapes each,
     both sides at once), then after 200 more scrapes one at a time."""
@@ -274,12 +316,14 @@ def main(argv: Sequence[str]) -> None:
         one_hertz(numbers[0], numbers[1], numbers[2], trees)
     elif mode == "burst":
         burst(numbers[0], numbers[1], numbers[2], trees)
+    elif mode == "idle":
+        idle(numbers[0], numbers[1], numbers[2], trees)
     elif mode == "scrapers":
         scrapers_rounds(numbers[0], numbers[1], numbers[2], trees)
     elif mode == "inprocess":
         in_process(numbers[0], numbers[1], numbers[2], numbers[3], trees)
     else:
-        raise SystemExit(f"unknown mode {mode!r}: http, onehz, burst, scrapers or inprocess")
+        raise SystemExit(f"unknown mode {mode!r}: http, onehz, burst, idle, scrapers or inprocess")
 
 
 if __name__ == "__main__":
