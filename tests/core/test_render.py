@@ -161,7 +161,7 @@ def test_random_families_render_as_prometheus_client_does(
     assert_same(registry_of(second + first[:2]), renderer)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(families(_utf8_name, _utf8_label_name), families(_utf8_name, _utf8_label_name))
 def test_names_of_any_utf8_render_as_prometheus_client_does_in_every_escaping(
         first: list[Metric], second: list[Metric]) -> None:
