@@ -54,7 +54,11 @@ def test_budget_names_every_rule_file_and_its_totals_add_up() -> None:
     """spec/series-budget.yml itself: a line per shipped rule file, and the per-GPU totals
     stated for each configuration are the sums of its lines."""
     b: dict[str, Any] = load_budget()
-    assert set(b["rules_per_node"]) == {pack_name(p) for p in rule_packs()}
+    shipped = {pack_name(p) for p in rule_packs()}
+    assert set(b["rules_per_node"]) == shipped, (
+        f"rule files without a budget line: {sorted(shipped - set(b['rules_per_node']))}; "
+        f"lines without a file: {sorted(set(b['rules_per_node']) - shipped)}. "
+        "`pytest tests/budget` measures each pack's series on the budget node")
     gpus, ex, rules = b["gpus_per_node"], b["exporter"], b["rules_per_node"]
     default_packs = [k for k in rules if "/" not in k]
     default = (ex["device_per_gpu"] + ex["process_per_process"]  # one process per GPU
