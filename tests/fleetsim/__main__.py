@@ -13,6 +13,9 @@ from pathlib import Path
 
 from tests.fleetsim.sim import Config, run, table, to_json
 
+MAX_NODES = 2000
+MAX_REAL = 64
+
 
 def main(argv: list[str]) -> int:
     d = Config()
@@ -35,8 +38,12 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--json", type=Path, help="also write the results here")
     a = ap.parse_args(argv)
     sizes = [int(s) for s in a.sizes.split(",") if s]
-    if not sizes or min(sizes) < 1 or a.shards < 1 or not 1 <= a.replication <= a.shards:
-        print("fleetsim: --sizes must be positive node counts, 1 <= --replication <= --shards",
+    # Bounded: one loopback port per replayed node, one exporter process per real one.
+    if (not sizes or min(sizes) < 1 or max(sizes) > MAX_NODES or not 0 <= a.real <= MAX_REAL
+            or a.shards < 1 or not 1 <= a.replication <= a.shards or a.window <= 0
+            or a.interval <= 0):
+        print(f"fleetsim: --sizes must be node counts from 1 to {MAX_NODES}, --real 0 to "
+              f"{MAX_REAL}, 1 <= --replication <= --shards, --window and --interval above 0",
               file=sys.stderr)
         return 2
     cfg = Config(sizes=sizes, real=a.real, shards=a.shards, replication=a.replication,
