@@ -85,6 +85,8 @@ class CdiDevices:
 
     nodes: dict[str, tuple[str, ...]] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)  # malformed or duplicated specs
+    skipped: list[str] = field(default_factory=list)  # of problems, files not read at all
+    files: int = 0  # spec files read
 
 
 def _device_nodes(edits: Any) -> tuple[str, ...]:
@@ -187,11 +189,14 @@ def load(dirs: Iterable[str]) -> CdiDevices:
             except (OSError, ValueError, RecursionError, yaml.YAMLError) as exc:
                 reason = " ".join(str(exc).split())  # one line (libyaml's span three)
                 out.problems.append(f"{path}: not read: {reason[:120]}")
+                out.skipped.append(out.problems[-1])
                 continue
+            out.files += 1
             kind = spec.get("kind") if isinstance(spec, dict) else None
             devices = spec.get("devices") if isinstance(spec, dict) else None
             if not isinstance(kind, str) or not isinstance(devices, list):
                 out.problems.append(f"{path}: not a CDI spec (no kind or devices)")
+                out.skipped.append(out.problems[-1])
                 continue
             for device in devices:
                 if not isinstance(device, dict) or not isinstance(device.get("name"), str):
