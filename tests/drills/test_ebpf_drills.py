@@ -323,6 +323,13 @@ def test_an_executable_graph_updated_every_step_stays_named_and_bounded(cuda_bui
 
 
 NAMES, NAME_CAP, NAME_LAUNCHES = 1500, 100, 3  # distinct executables, the cap, launches
+# What the exporter's RSS may grow by over the 1,500 names (docs/hostile-input.md).
+NAMES_RSS_GROWTH_MIB = 48
+
+
+def _rss_kib(pid: int, key: str = "VmRSS") -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(key + ":"))
 
 
 def test_1500_executable_names_keep_the_page_under_10000_series(cuda_build: Build) -> None:
@@ -339,6 +346,8 @@ def test_1500_executable_names_keep_the_page_under_10000_series(cuda_build: Buil
             os.link(cuda_build.path("launch_loop"), path)
         programs.append(str(path))
     with probed(cuda_build, f"--ebpf.executable-names-max={NAME_CAP}") as exp:
+        _healthy(exp)
+        idle = _rss_kib(exp.proc.pid)
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
             list(pool.map(lambda p: run_launch_loop(p, NAME_LAUNCHES), programs))
         want = NAMES * NAME_LAUNCHES
@@ -358,7 +367,9 @@ def test_1500_executable_names_keep_the_page_under_10000_series(cuda_build: Buil
         [folded] = find(series, "gpu_exporter_ebpf_executables_folded_total")
         assert folded.value == NAMES - len(own)
         assert launches(series, "other") == folded.value * NAME_LAUNCHES
+        rss = _rss_kib(exp.proc.pid)
         print(f"\n{len(series)} series, {len(text)} bytes, {len(own)} names of their own, "
-              f"{folded.value:.0f} processes folded")
+              f"{folded.value:.0f} processes folded, RSS {idle // 1024} -> {rss // 1024} MiB")
         assert len(series) < 10_000
+        assert rss - idle < NAMES_RSS_GROWTH_MIB * 1024
         assert counted() == want  # the next scrape the same: nothing lost, nothing twice
