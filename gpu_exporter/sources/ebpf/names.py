@@ -151,8 +151,9 @@ class NameCap:
 
 
 # Distinct process_executable_name values with series of their own, by default
-# (--ebpf.executable-names-max). A name costs about 40 series on one GPU (launches, the
-# grid and block histograms, copies, allocations): 100 names stay within 4,000.
+# (--ebpf.executable-names-max). A name costs about 35 series on one GPU (launches, the
+# grid and block histograms): 1,500 names of one launch loop made 52,878 series, capped
+# at 100 they make 3,879 (tests/drills/test_ebpf_drills.py), within the 10,000 budget.
 EXECUTABLES_MAX = 100
 # Seconds a series of exited processes is kept after the last count folded into it, by
 # default (--ebpf.exited-series-expiry; sources/ebpf/maps.py drops it, freeing its
