@@ -63,7 +63,7 @@ class Engine:
         self.maps = MapReader(self.program, procfs, self.counters, self.graphs, self.resolver,
                               self.events.polls, lambda: self.attached_libraries,
                               expiry_seconds)
-        self.maps.durations_dropped = lambda: self.events.durations.dropped
+        self.maps.durations = self.events.durations
 
     @property
     def mechanism(self) -> str:
