@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from gpu_exporter.model import ebpf_abi as abi
+from gpu_exporter.sources.ebpf.names import EXECUTABLES_MAX
 from tests.ebpf.conftest import (
     HIP_LIB,
     Build,
@@ -322,7 +323,7 @@ def test_an_executable_graph_updated_every_step_stays_named_and_bounded(cuda_bui
         assert dropped(series, reason) == 0, reason
 
 
-NAMES, NAME_CAP, NAME_LAUNCHES = 1500, 100, 3  # distinct executables, the cap, launches
+NAMES, NAME_LAUNCHES = 1500, 3  # distinct executables, launches of each
 # What the exporter's RSS may grow by over the 1,500 names (docs/hostile-input.md).
 NAMES_RSS_GROWTH_MIB = 48
 
@@ -345,7 +346,7 @@ def test_1500_executable_names_keep_the_page_under_10000_series(cuda_build: Buil
         if not path.exists():
             os.link(cuda_build.path("launch_loop"), path)
         programs.append(str(path))
-    with probed(cuda_build, f"--ebpf.executable-names-max={NAME_CAP}") as exp:
+    with probed(cuda_build) as exp:  # the default cap
         _healthy(exp)
         idle = _rss_kib(exp.proc.pid)
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
@@ -363,7 +364,7 @@ def test_1500_executable_names_keep_the_page_under_10000_series(cuda_build: Buil
         names = {s.labels["process_executable_name"]
                  for s in find(series, "gpu_kernel_launch_calls_total")}
         own = {n for n in names if n.startswith("job-")}
-        assert 0 < len(own) <= NAME_CAP and "other" in names
+        assert 0 < len(own) <= EXECUTABLES_MAX and "other" in names
         [folded] = find(series, "gpu_exporter_ebpf_executables_folded_total")
         assert folded.value == NAMES - len(own)
         assert launches(series, "other") == folded.value * NAME_LAUNCHES
