@@ -772,6 +772,12 @@ EBPF_KERNEL_NAMES_OVERFLOW = Counter(
     "Launches of kernels beyond the name cap, reported as cuda_kernel_name=\"other\".", S,
     NoLabels,
 )
+EBPF_EXECUTABLES_FOLDED = Counter(
+    "gpu_exporter_ebpf_executables_folded_total",
+    "Processes whose executable name was beyond --ebpf.executable-names-max, reported "
+    "as process_executable_name=\"other\" for their life; each counted once.", S,
+    NoLabels,
+)
 
 # Why the HTTP front closed a connection before (or instead of) answering it in full
 # (gpu_exporter/http/server.py; docs/web-front.md, "Limits").
