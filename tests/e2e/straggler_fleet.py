@@ -64,9 +64,14 @@ class Event:
     job: str = ""
     gpu: Gpu | None = None
     scale: float = 0.85
+    # >0: the event comes back every period_s, lasting end_s - start_s each time
+    period_s: float = 0.0
 
     def on(self, gpu: Gpu, t: float) -> bool:
-        if not self.start_s <= t < self.end_s:
+        if self.period_s:
+            if t < self.start_s or (t - self.start_s) % self.period_s >= self.end_s - self.start_s:
+                return False
+        elif not self.start_s <= t < self.end_s:
             return False
         return gpu == self.gpu if self.kind == "cap" else gpu.job == self.job
 
