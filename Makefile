@@ -10,7 +10,7 @@ SYSPY  := /usr/bin/python3
 ARGS   ?=
 PYTEST_ARGS ?=
 
-.PHONY: podresources-stubs run check test bench lint typecheck docs docs-check system-deps system-deps-run venv clean demo
+.PHONY: podresources-stubs run check test bench lint typecheck docs docs-check system-deps system-deps-run system-deps-demo venv clean demo image fleet-sim
 
 system-deps:
 	bash scripts/install-system-deps.sh scripts/apt-packages.txt
@@ -19,6 +19,9 @@ system-deps:
 # `make run ARGS=dump > f` is the exposition alone.
 system-deps-run:
 	@bash scripts/install-system-deps.sh scripts/apt-packages-run.txt >&2
+
+system-deps-demo:
+	@bash scripts/install-system-deps.sh scripts/apt-packages-demo.txt >&2
 
 # What the exporter needs to run, and no more (`make run`).
 $(VENV)/.installed-run: pyproject.toml
@@ -73,6 +76,13 @@ test: system-deps venv
 	# Benchmarks are measured by `make bench`, not run (or skipped) here.
 	$(BIN)/pytest --ignore=tests/bench $(PYTEST_ARGS)
 
+# The fleet simulation (docs/performance.md, "Fleet"): sharded vmagents, VictoriaMetrics and
+# vmalert over 16 real exporters, then 64 and 128 replayed nodes; prints the cost table.
+# FLEETSIM_ARGS: e.g. --rules 'my-rules/*.yml' --rules 'alerts/*.yml', --sizes 4,16.
+FLEETSIM_ARGS ?=
+fleet-sim: system-deps venv
+	$(PY) -m tests.fleetsim $(FLEETSIM_ARGS)
+
 bench: system-deps venv
 	bash scripts/setup-test-host.sh
 	mkdir -p build/bench
@@ -84,8 +94,17 @@ bench: system-deps venv
 # Simulated GPU node + VictoriaMetrics + vmalert (alerts/) + Alertmanager; Ctrl-C stops all.
 # Ctrl-C is how the demo is meant to end: scripts/foreground.py hands it the terminal, so
 # that the signal stops the demo alone and make ends with the demo's exit 0.
-demo: system-deps venv
+# Only the packages the demo uses (scripts/apt-packages-demo.txt) and the exporter's own
+# Python packages: the simulated node needs nothing of the test toolchain.
+demo: system-deps-demo $(VENV)/.installed-run
 	@$(SYSPY) scripts/foreground.py bash scripts/demo.sh
+
+# The container image, tagged with the package version (IMAGE=registry/name to name it
+# for your registry); a release tag publishes it multi-arch (.github/workflows/release.yml).
+IMAGE   ?= gpu-exporter
+VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"$$/\1/p' gpu_exporter/__init__.py)
+image:
+	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE):$(VERSION) .
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -152,7 +152,7 @@ def test_connections_past_the_limit_evict_idle_ones() -> None:
     """Idle connections past the cap: the oldest idle ones make room. (Every place busy,
     and a new connection answered 503: tests/core/test_front_pressure.py, in process,
     where a handler can hold every place for certain.)"""
-    cap = 512  # webserver.MAX_CONNECTIONS
+    cap = 512  # server.MAX_CONNECTIONS
     held: list[socket.socket] = []
 
     def connect() -> None:

@@ -3,8 +3,8 @@ any process maps, keeps doing so on an interval, and reads the aggregated maps b
 scrape. A façade over its parts, each a module of its own:
 
 - loader.Program: the BPF program compiled, loaded and its tracepoints attached;
-- attacher.Attacher: the library files with probes, attached and detached;
-- scanning.Scans: which processes map which CUDA files (asked, sighted, rescanned);
+- library_probes.Attacher: the library files with probes, attached and detached;
+- rescans.Scans: which processes map which CUDA files (asked, sighted, rescanned);
 - events.EventLoop: the thread reading the ring buffers and rescanning;
 - counters.Counters: what a BPF counter is reported as (labels, graphs, devices);
 - maps.MapReader: the maps read into the typed reading, the exited folded (HoldBack).
@@ -27,7 +27,12 @@ from gpu_exporter.sources.ebpf.libraries import Scanner
 from gpu_exporter.sources.ebpf.library_probes import Attacher
 from gpu_exporter.sources.ebpf.loader import Program
 from gpu_exporter.sources.ebpf.maps import MapReader
-from gpu_exporter.sources.ebpf.names import NameCap
+from gpu_exporter.sources.ebpf.names import (
+    EXECUTABLES_MAX,
+    EXPIRY_SECONDS,
+    ExecutableCap,
+    NameCap,
+)
 from gpu_exporter.sources.ebpf.reading import CudaActivity, NvmlView
 from gpu_exporter.sources.ebpf.rescans import Scans
 from gpu_exporter.sources.ebpf.resolve import Resolver
@@ -41,8 +46,10 @@ class Engine:
     at a time), the files with probes the attacher's, graphs their own."""
 
     def __init__(self, procfs: str, names_max: int, pid_label: bool,
-                 rescan_interval: float, mechanism: str = "auto") -> None:
-        self.resolver = Resolver(procfs, NameCap(names_max))
+                 rescan_interval: float, mechanism: str = "auto",
+                 executables_max: int = EXECUTABLES_MAX,
+                 expiry_seconds: float = EXPIRY_SECONDS) -> None:
+        self.resolver = Resolver(procfs, NameCap(names_max), ExecutableCap(executables_max))
         self.scanner = Scanner(procfs)
         self.graphs = Graphs()
         self.program = Program(mechanism)
@@ -54,8 +61,9 @@ class Engine:
                                 rescan_interval)
         self.counters = Counters(self.resolver, self.graphs, pid_label)
         self.maps = MapReader(self.program, procfs, self.counters, self.graphs, self.resolver,
-                              self.events.polls, lambda: self.attached_libraries)
-        self.maps.durations_dropped = lambda: self.events.durations.dropped
+                              self.events.polls, lambda: self.attached_libraries,
+                              expiry_seconds)
+        self.maps.durations = self.events.durations
 
     @property
     def mechanism(self) -> str:
