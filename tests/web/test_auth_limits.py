@@ -126,3 +126,29 @@ def test_basic_auth_limits_failures_per_address_before_bcrypt(
         auth._cache.clear()  # as if expired and forgotten: a real check each time
         assert auth.check(right, "127.0.0.1")
     assert auth.check(wrong, "127.0.0.1") is False
+
+
+def test_behind_one_nat_a_scraper_that_passed_once_is_never_limited() -> None:
+    """Attacker and scraper on one address share its budget: once spent, a scraper that
+    has not passed since start gets 429 too (docs/web-front.md says so), but one that
+    has passed is vouched for, checked first and never charged."""
+    good = bcrypt.hashpw(b"right", bcrypt.gensalt(rounds=4))
+    auth = BasicAuth({"prometheus": good}, cache_seconds=0.0,
+                     budget=FailureBudget(burst=2, per_second=0.001))
+    right = basic("prometheus", "right")["Authorization"]
+    wrong = basic("prometheus", "wrong")["Authorization"]
+    nat = "203.0.113.7"
+    assert auth.check(right, nat)  # passed once: vouched for from now on
+    for _ in range(2):
+        assert not auth.check(wrong, nat)
+    with pytest.raises(AuthLimited):
+        auth.check(wrong, nat)
+    for _ in range(5):  # its success expired each time (cache_seconds=0): checked again
+        assert auth.check(right, nat)
+    # After a restart (nothing vouched for) the same scraper shares the spent budget of
+    # its address: 429, bcrypt not asked, until the budget gives it a turn.
+    restarted = BasicAuth({"prometheus": good},
+                          budget=FailureBudget(burst=1, per_second=0.001))
+    assert not restarted.check(wrong, nat)  # the attacker spends it first
+    with pytest.raises(AuthLimited):
+        restarted.check(right, nat)
