@@ -51,11 +51,14 @@ def test_a_version_tag_publishes_a_multi_arch_image() -> None:
 
 
 def test_make_image_tags_the_package_version() -> None:
-    res = subprocess.run(["make", "-n", "image"], cwd=REPO, capture_output=True, text=True,
-                         timeout=60)
+    # --no-print-directory: under `make test` (MAKELEVEL 1) make would print
+    # "make[1]: Entering directory ..." before the recipe
+    res = subprocess.run(["make", "-n", "--no-print-directory", "image"], cwd=REPO,
+                         capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
     assert res.stdout.split() == ["docker", "build", "--build-arg", f"VERSION={__version__}",
                                   "-t", f"gpu-exporter:{__version__}", "."]
-    res = subprocess.run(["make", "-n", "image", "IMAGE=registry.example.com/gpu-exporter"],
+    res = subprocess.run(["make", "-n", "--no-print-directory", "image",
+                          "IMAGE=registry.example.com/gpu-exporter"],
                          cwd=REPO, capture_output=True, text=True, timeout=60)
     assert f"-t registry.example.com/gpu-exporter:{__version__} ." in res.stdout
