@@ -11,7 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
-Vendor = Literal["nvidia", "amd", "intel"]
+from gpu_exporter.model.vendors import VENDOR_ORDER as VENDOR_ORDER
+from gpu_exporter.model.vendors import Vendor as Vendor
+
 GpuTask = Literal["general", "encoder", "decoder"]
 HealthState = Literal["ok", "degraded", "failed"]
 PcieErrorType = Literal["pcie_correctable", "pcie_nonfatal", "pcie_fatal"]  # AER
@@ -43,8 +45,7 @@ VgpuLicenseState = Literal["licensed", "unlicensed"]
 VGPU_LICENSE_STATES: tuple[VgpuLicenseState, ...] = get_args(VgpuLicenseState)
 EccSeverity = Literal["corrected", "uncorrected"]
 
-# gpu_index order across vendors (spec: NVIDIA, then AMD, then Intel).
-VENDOR_ORDER: dict[str, int] = {"nvidia": 0, "amd": 1, "intel": 2}
+# gpu_index order across vendors, and the vendors themselves: model/vendors.py.
 
 
 @dataclass(frozen=True)
