@@ -1,7 +1,8 @@
 """One PCI discovery for every vendor: which GPUs this host has, keyed by PCI address.
 
 Devices come from `<sysfs>/bus/pci/devices/*` (display `0x03xxxx` and accelerator
-`0x12xxxx` classes of the vendors of `model.vendors`: NVIDIA, AMD, Intel, Habana) and are tied to their DRM card through
+`0x12xxxx` classes of the vendors of `model.vendors`: NVIDIA, AMD, Intel, Habana) and
+are tied to their DRM card (Gaudi has none: an accel node) through
 `<sysfs>/class/drm/cardN/device` (connector entries such as `card0-DP-1` are skipped;
 `card10` and above are cards like any other). Card numbers change across boots, the PCI
 address does not, so the address is the key. Where `cardN/device` is a plain folder

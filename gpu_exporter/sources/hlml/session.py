@@ -19,8 +19,11 @@ same object; each is copied at once.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import importlib
 import threading
+import warnings
 from importlib import metadata
 from types import ModuleType
 from typing import Any
@@ -73,11 +76,12 @@ class HlmlGone(HlmlUnavailable):
 def binding() -> ModuleType:
     """The binding's module of functions (`pyhlml.main`); HlmlUnavailable without it."""
     try:
-        import pyhlml.main as main  # noqa: PLC0415 - optional dependency, imported when used
+        with warnings.catch_warnings():  # 1.2x's main imports its own deprecated module
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return importlib.import_module("pyhlml.main")  # the optional dependency
     except ImportError as exc:
         raise HlmlUnavailable(f"Habana's binding habana-pyhlml is not installed ({exc})",
                               FIX_BINDING) from exc
-    return main
 
 
 def binding_version() -> str | None:
@@ -99,8 +103,8 @@ class HlmlSession:
     def __init__(self, path: str) -> None:
         self.path = path
         main = self.hlml = binding()
-        from pyhlml.hlml_error import HLMLError  # noqa: PLC0415 - see binding()
-        from pyhlml.hlml_lib import LibHLML  # noqa: PLC0415
+        from pyhlml.hlml_error import HLMLError
+        from pyhlml.hlml_lib import LibHLML
 
         self.codes = Codes(
             error=HLMLError,
@@ -116,7 +120,7 @@ class HlmlSession:
                                   FIX_LIBRARY) from exc
         lib = LibHLML(path)
         main.ErrorsAsClass()  # what hlmlInit's _wrapperInit does besides LibHLML()
-        main._hlmlOBJ = lib
+        main._hlmlOBJ = lib  # type: ignore[attr-defined]  # every pyhlml function reads it
         try:
             code = lib.get_func_ptr("hlml_init")()
         except HLMLError as exc:
@@ -158,10 +162,8 @@ class HlmlSession:
         return got
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(Exception):
             self.hlml.hlmlShutdown()
-        except Exception:  # noqa: BLE001 - the library may be gone already
-            pass
 
 
 # Functions a driver release may lack (the binding's get_func_ptr would answer

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpu_exporter.model.records import EccSeverity, ErrorType, GpuIdentity, GpuReading, HealthState
-from gpu_exporter.sources.library.calls import DeviceCalls
 from gpu_exporter.sources.hlml.session import HlmlSession, text
+from gpu_exporter.sources.library.calls import DeviceCalls
 
 # HLML_TEMPERATURE_SENSORS, named as the `sensor` label of every vendor ("die": the chip).
 # HBM and VRM exist from binding 1.16 / drivers of that time; an older library answers
