@@ -44,6 +44,8 @@ RECOVERY_ACTIONS: tuple[RecoveryAction, ...] = get_args(RecoveryAction)
 VgpuLicenseState = Literal["licensed", "unlicensed"]
 VGPU_LICENSE_STATES: tuple[VgpuLicenseState, ...] = get_args(VgpuLicenseState)
 EccSeverity = Literal["corrected", "uncorrected"]
+NicLinkState = Literal["up", "down"]
+NicScope = Literal["external", "internal"]  # scale-out, or card to card in the box
 
 # gpu_index order across vendors, and the vendors themselves: model/vendors.py.
 
@@ -143,6 +145,8 @@ class GpuReading:
     state: HealthState | None = None
     pcie_link: PcieLink | None = None
     nvlink: NvlinkReading | None = None  # None: a GPU without NVLink (or not read)
+    # The card's own NICs (Gaudi): how many ports are in each link state, by scope
+    nic_links: Mapping[tuple[NicScope, NicLinkState], int] = field(default_factory=dict)
     # GPM: this device's (a GPU, or a MIG device alone in its GPU instance), and, on a GPU,
     # those of its MIG GPU instances shared by several compute instances, by instance id.
     gpm: GpmReading | None = None

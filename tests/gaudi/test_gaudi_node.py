@@ -53,6 +53,11 @@ def test_every_family_in_base_units(hlml_lib: Path, sysfs: FakeSysfs, procfs: Pa
     assert value(s, "hw_gpu_clock_throttle_active", reason="thermal", **dev) == 0
     assert value(s, "hw_status", hw_state="ok", **dev) == 1
     assert value(s, "hw_gpu_pcie_current_link_width", **dev) == 16  # sysfs, as every vendor
+    # 24 ports, 1, 8 and 22 external (scale-out), port 3 down
+    nics = {(x.labels["nic_scope"], x.labels["nic_link_state"]): x.value
+            for x in find(s, "hw_gpu_nic_links", **dev)}
+    assert nics == {("external", "up"): 3, ("external", "down"): 0,
+                    ("internal", "up"): 20, ("internal", "down"): 1}
     assert value(s, "gpu_exporter_collector_success", collector="gaudi") == 1
     assert value(s, "gpu_exporter_feature_status", feature="gaudi.hlml", state="enabled") == 1
 
@@ -62,13 +67,14 @@ def test_unsupported_values_are_absent_not_zero(hlml_lib: Path, sysfs: FakeSysfs
     sc = two_gaudis(sysfs)
     for key in ("power_mw", "energy_mj", "util_aip", "pcie_replay", "ecc_1_0", "temp_3"):
         del sc.devices[0].values[key]
+    sc.devices[0].nics = []  # a card without NICs (HLML: NOT_SUPPORTED)
     sc.devices[0].errors["hlml_device_get_memory_info"] = "NOT_SUPPORTED"
     _, s = dump(gaudi_flags(hlml_lib, sysfs, procfs), sc.write(tmp_path / "hlml"))
     dev = {"hw_id": sc.devices[0].uuid}
     assert value(s, "hw_gpu_up", **dev) == 1
     for name in ("hw_gpu_power_draw_watts", "hw_gpu_energy_consumed_joules_total",
                  "hw_gpu_utilization_ratio", "hw_gpu_memory_usage_bytes",
-                 "hw_gpu_memory_limit_bytes"):
+                 "hw_gpu_memory_limit_bytes", "hw_gpu_nic_links"):
         assert find(s, name, **dev) == [], name
     assert {x.labels["error_type"] for x in find(s, "hw_errors_total", **dev)} == {"corrected"}
     assert {x.labels["sensor"] for x in find(s, "hw_gpu_temperature_celsius", **dev)} == {

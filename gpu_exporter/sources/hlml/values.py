@@ -13,7 +13,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpu_exporter.model.records import EccSeverity, ErrorType, GpuIdentity, GpuReading, HealthState
+from gpu_exporter.model.records import (
+    EccSeverity,
+    ErrorType,
+    GpuIdentity,
+    GpuReading,
+    HealthState,
+    NicLinkState,
+    NicScope,
+)
 from gpu_exporter.sources.hlml.session import HlmlSession, text
 from gpu_exporter.sources.library.calls import DeviceCalls
 
@@ -103,6 +111,7 @@ def _values(session: HlmlSession, call: DeviceCalls, hl: Any, h: Any) -> dict[st
         errors["pcie_replay"] = int(replays)
     rows, pending = _replaced_rows(session, call, hl, h)
     return {
+        "nic_links": _nic_links(session, call, hl, h),
         "utilization_ratio": {} if util is None else {"general": util / 100.0},
         "memory_usage_bytes": None if memory is None else int(memory.used),
         "memory_limit_bytes": None if memory is None else int(memory.total),
@@ -161,6 +170,33 @@ def _replaced_rows(session: HlmlSession, call: DeviceCalls, hl: Any, h: Any
                     hl.hlmlDeviceGetReplacedRowsPendingStatus, h)
         pending = None if flag is None else bool(flag)
     return rows, pending
+
+
+def _nic_links(session: HlmlSession, call: DeviceCalls, hl: Any, h: Any
+               ) -> dict[tuple[NicScope, NicLinkState], int]:
+    """The ports the card has (a 128-bit mask, and which are external: scale-out) by link
+    state; every combination counted, 0 included, as NVLink's states are. A port whose
+    link cannot be read is left out of the counts."""
+    if not session.has("hlmlDeviceGetMacAddrInfo", "hlml_get_mac_addr_info"):
+        return {}
+    masks = call("hlmlDeviceGetMacAddrInfo", hl.hlmlDeviceGetMacAddrInfo, h)
+    if masks is None:
+        return {}
+    (low, high), (ext_low, ext_high) = masks
+    ports, external = low | (high << 64), ext_low | (ext_high << 64)
+    if not ports or not session.has("hlmlDeviceNicGetLink", "hlml_nic_get_link"):
+        return {}
+    out: dict[tuple[NicScope, NicLinkState], int] = {
+        (scope, state): 0 for scope in ("external", "internal") for state in ("up", "down")}
+    for port in range(128):
+        if not ports >> port & 1:
+            continue
+        up = call("hlmlDeviceNicGetLink", hl.hlmlDeviceNicGetLink, h, port)
+        if up is None:
+            continue
+        scope: NicScope = "external" if external >> port & 1 else "internal"
+        out[(scope, "up" if up else "down")] += 1
+    return out
 
 
 def _health(errors: Mapping[ErrorType, int], throttle: Mapping[str, bool],
