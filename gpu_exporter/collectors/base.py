@@ -100,7 +100,7 @@ class Sink(Emitted):
     consumers: dict[str, Sequence[Consumer[ProcessKey]] | None] = field(default_factory=dict)
 
     def gpu(self, reading: GpuReading) -> None:
-        """One device: its hw_gpu_* samples (`device_families`), and its identity for the
+        """One device: its hw_gpu_* samples (`hw_gpu`), and its identity for the
         device labels the exporter joins into every series naming it."""
         self.gpus.append(reading)
         hw_gpu.emit(reading, self)

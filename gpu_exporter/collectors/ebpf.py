@@ -84,7 +84,7 @@ ATTACH_MECHANISM = Option(
 
 
 class ActivitySource(Protocol):
-    """Where the collector reads CUDA activity: the probe engine (`ebpf.probes.Engine`),
+    """Where the collector reads CUDA activity: the probe engine (`ebpf.engine.Engine`),
     or any source with its read() and its attach facts (passed to the collector)."""
 
     @property

@@ -78,7 +78,7 @@ class HostCollector(Collector):
     @staticmethod
     def _unread(procfs: str) -> list[str]:
         """What of the host's sources cannot be read, and why (a FIFO, a device, a file
-        over its cap where the kernel's should be: `sources.files`)."""
+        over its cap where the kernel's should be: `readers.files`)."""
         out = []
         never = re.compile(r"(?!)")
         reads: tuple[tuple[str, Callable[[], object]], ...] = (

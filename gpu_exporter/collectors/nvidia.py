@@ -70,7 +70,7 @@ class NvidiaCollector(Collector):
         except StackBusy as exc:
             return Availability.unavailable(str(exc))
         except NvmlUnavailable as exc:
-            missing = self._stack.missing(None)
+            missing = self._stack.gpus.missing(None)
             if not missing:
                 return Availability.unavailable(exc.reason, exc.fix)
             return Availability.enabled(
@@ -98,7 +98,7 @@ class NvidiaCollector(Collector):
         if self._stack is None:
             return ()
         out = [Feature("nvml", self._stack.nvml_state()),
-               Feature("pci", self._stack.bus_state())]
+               Feature("pci", self._stack.gpus.bus_state())]
         session = self._stack.current
         if session is not None and not session.gone:
             devices = [d for _, d in sorted(session.devices.items())]
@@ -172,7 +172,7 @@ class NvidiaCollector(Collector):
                     sink.fail("nvml:restarted", f"NVML was started again during the scrape: {exc}")
                 session = None
                 readings = []
-        missing = self._stack.missing(session, view if session is not None else None)
+        missing = self._stack.gpus.missing(session, view if session is not None else None)
         if session is None and not missing and not readings:
             why = self._stack.unavailable or NvmlUnavailable("NVML is not available")
             raise CollectorUnavailable(why.reason, why.fix)

@@ -2,17 +2,16 @@
 container and Kubernetes pod of each, and (opt-in) each GPU's pod on its device series.
 
 Sources: NVML for NVIDIA, DRM fdinfo for AMD and Intel (the shared walker in
-`sources.procfs.fdinfo`), `/proc/<pid>/{comm,cgroup,stat}` for the process, the kubelet's
-PodResources API for pod names. Each source is optional: without NVML, fdinfo clients or
-a kubelet the others still report.
+`readers.procfs.fdinfo`), `/proc/<pid>/{comm,cgroup,stat}` for the process, the kubelet's
+PodResources API for pod names (`pods.PodAllocations`). Each source is optional: without
+NVML, fdinfo clients or a kubelet the others still report.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 
@@ -23,6 +22,7 @@ from gpu_exporter.collectors.base import (
     Sink,
     device_features,
 )
+from gpu_exporter.collectors.pods import PodAllocations
 from gpu_exporter.collectors.sysfs_gpus import drm_clients
 from gpu_exporter.model import catalogue as c
 from gpu_exporter.model import flagtypes
@@ -32,17 +32,13 @@ from gpu_exporter.model.process_cap import ProcessCap
 from gpu_exporter.model.process_energy import ProcessKey
 from gpu_exporter.model.records import GpuTask
 from gpu_exporter.model.settings import Option
-from gpu_exporter.readers.file_values import Unreadable
 from gpu_exporter.readers.kubelet import cdi, podliveness
 from gpu_exporter.readers.kubelet.podresources import (
     DEFAULT_SOCKET,
     ContainerRef,
-    PodResourcesClient,
-    PodResourcesError,
     socket_problem,
 )
 from gpu_exporter.readers.procfs import fdinfo
-from gpu_exporter.readers.procfs.nvidia_driver import read_driver_gpus
 from gpu_exporter.readers.procfs.procinfo import ProcessInfo, ProcessTable
 from gpu_exporter.readers.sysfs.pci import drm_card_addresses
 from gpu_exporter.sources.nvml import processes as nvml_processes
@@ -50,7 +46,7 @@ from gpu_exporter.sources.nvml import stack as nvml_stack
 from gpu_exporter.sources.nvml.calls import NvmlGone, NvmlUnavailable
 from gpu_exporter.sources.nvml.devices import NvmlDevice
 from gpu_exporter.sources.nvml.lanes import Lanes, Run
-from gpu_exporter.sources.nvml.stack import DEVFS, Session, StackBusy
+from gpu_exporter.sources.nvml.stack import Session, StackBusy
 
 SOCKET_OPTION = Option(
     "processes.kubelet-socket", str, DEFAULT_SOCKET,
@@ -74,10 +70,6 @@ CDI_DIRS_OPTION = Option(
     "processes.cdi-spec-dirs", str, ",".join(cdi.DEFAULT_DIRS),
     "Comma-separated CDI spec directories (read-only): GPUs allocated through Kubernetes "
     "DRA are resolved from the specs the DRA drivers write there.")
-# Never wait longer than this on the kubelet, whatever the scrape timeout.
-_KUBELET_TIMEOUT = 2.0
-_LIVENESS_FIX = ("mount the host's /var/log/pods read-only into the exporter's pod at the "
-                 "same path (or point --processes.pod-log-dir at it)")
 # NVML reads must end this long before the scrape deadline (see collectors/nvidia.py).
 _RETURN_MARGIN_SECONDS = 0.15
 NO_DRM_CARD = Availability.disabled(
@@ -118,28 +110,26 @@ class ProcessesCollector(Collector):
     def start(self) -> Availability:
         self._table = ProcessTable(self.settings.procfs)
         self._engines = fdinfo.EngineUsage()
-        self._socket = self.settings.get(SOCKET_OPTION)
+        socket = self.settings.get(SOCKET_OPTION)
         self._device_labels = self.settings.get(DEVICE_LABELS_OPTION)
-        self._kubelet = PodResourcesClient(self._socket)
-        # (when, why) the kubelet last let a List time out; None: it answers
-        self._kubelet_silent: tuple[float, str] | None = None
         self._cap = ProcessCap(self.settings.get(MAX_PER_GPU_OPTION))
         self._last_scrape = 0.0  # time.monotonic() of the previous collect()
-        self._pod_log_dir = self.settings.get(POD_LOG_DIR_OPTION)
-        self._cdi: cdi.CdiDevices | None = None
-        self._cdi_dirs = [d for d in self.settings.get(CDI_DIRS_OPTION).split(",") if d]
         self._nvml = nvml_stack.attach(self.settings)
         self._lanes: Lanes[int, nvml_processes.DeviceProcesses] = Lanes("processes")
         # Per GPU (hw_id) of the current NVML session: what its utilization sampling learnt.
         self._sampling: dict[str, nvml_processes.UtilizationState] = {}
         self._generation = -1
         self._features: dict[str, Availability] = {}
+        self._pods = PodAllocations(
+            self.settings, self._features, self._nvml, socket,
+            self.settings.get(POD_LOG_DIR_OPTION),
+            [d for d in self.settings.get(CDI_DIRS_OPTION).split(",") if d])
         # Unavailable: the state says why; tried again every retry interval.
         with contextlib.suppress(NvmlUnavailable, StackBusy):
             self._nvml.session(time.monotonic() + self.settings.scrape_timeout_seconds,
                                force=True, wait=True)
         self._features["nvml"] = self._nvml.nvml_state()
-        self._kubelet_state(socket_problem(self._socket))
+        self._pods.kubelet_state(socket_problem(socket))
         self._procfs_checked = time.monotonic()
         self._procfs_problem = fdinfo.procfs_problem(self.settings.procfs)
         self._fdinfo_state(bool(_drm_gpus(self.settings.sysfs)))
@@ -159,20 +149,6 @@ class ProcessesCollector(Collector):
                 for _, d in sorted(session.devices.items())}))
         return out
 
-    def _kubelet_state(self, problem: Unreadable | None) -> None:
-        if problem is None:
-            state = Availability.enabled(self._socket)
-        elif not os.path.lexists(self._socket) and "KUBERNETES_SERVICE_HOST" not in os.environ:
-            # Not in a pod, no socket: not a Kubernetes node, nothing to fix.
-            state = Availability.disabled(f"not a Kubernetes pod; {problem.reason}",
-                                          f"on a Kubernetes node: {problem.fix}")
-        else:
-            state = Availability.unavailable(problem.reason, problem.fix)
-        self._features["kubelet"] = state
-        if problem is not None:
-            self._features["pod_liveness"] = Availability.disabled(
-                "no kubelet PodResources socket: no allocations to check")
-
     def _fdinfo_state(self, drm_cards: bool) -> None:
         """DRM fdinfo: off without an AMD/Intel card; unavailable while the procfs is
         not the host's or lets us into no other process (checked again every retry
@@ -191,7 +167,7 @@ class ProcessesCollector(Collector):
     def close(self) -> None:
         nvml_stack.detach(self._nvml)
         self._lanes.close()
-        self._kubelet.close()
+        self._pods.close()
 
     # -- one scrape --------------------------------------------------------------------
     def collect(self, sink: Sink) -> None:
@@ -199,7 +175,7 @@ class ProcessesCollector(Collector):
         # only its own processes, not the kubelet's answer or the AMD/Intel clients.
         nvidia = self.start_nvidia(sink)
         self._last_scrape = time.monotonic()
-        pods = self._pods(sink)
+        pods = self._pods.read(sink)
         usage: dict[tuple[str, int], _Usage] = {}
         read: set[str] = set()  # devices whose process lists were read this scrape
         self._collect_fdinfo(sink, usage, read)
@@ -267,114 +243,6 @@ class ProcessesCollector(Collector):
             consumers.append(Consumer(ProcessKey.of(labels, started), u.activity,
                                       u.memory_bytes))
         return consumers
-
-    def _pods(self, sink: Sink) -> Mapping[str, tuple[ContainerRef, ...]] | None:
-        problem = socket_problem(self._socket)
-        if problem is None and self._kubelet_silent is not None:
-            # It did not answer in time: not asked again (each ask would cost every scrape
-            # the whole wait) until the retry interval has passed.
-            since, message = self._kubelet_silent
-            if time.monotonic() - since < self.settings.retry_interval_seconds:
-                sink.fail("kubelet", message)
-                return None
-        self._kubelet_state(problem)
-        if problem is not None:
-            # No socket (yet): nothing failed, pods are unknown; the state says why.
-            return None
-        self._kubelet_silent = None
-        try:
-            allocations = self._kubelet.list_gpus(
-                min(_KUBELET_TIMEOUT, max(0.1, sink.time_left())), self._cdi_resolver)
-        except PodResourcesError as exc:
-            if exc.code == "DEADLINE_EXCEEDED":
-                retry = self.settings.retry_interval_seconds
-                message = f"{exc}; asked again every --collector.retry-interval ({retry:g} s)"
-                self._kubelet_silent = (time.monotonic(), message)
-                sink.fail("kubelet", message)
-                self._features["kubelet"] = Availability.unavailable(
-                    message, "check the kubelet on this node (`systemctl status kubelet`)")
-                return None
-            if exc.code == "UNIMPLEMENTED":  # an API the kubelet lacks: a state, no failure
-                self._features["kubelet"] = Availability.unavailable(
-                    f"the kubelet at {self._socket} does not serve PodResources v1 List",
-                    "Kubernetes 1.20 or later serves it (feature gate KubeletPodResources, "
-                    "on by default)")
-                return None
-            sink.fail("kubelet", str(exc))
-            self._features["kubelet"] = Availability.unavailable(
-                str(exc), "check the kubelet on this node (`systemctl status kubelet`); "
-                "the exporter asks again every scrape")
-            return None
-        self._dra_state(allocations.unresolved)
-        if self._cdi is not None:  # a claim was listed once: from then on a count
-            c.DRA_DEVICES_UNRESOLVED.emit(sink, len(allocations.unresolved), {})
-        return self._running(allocations.by_device)
-
-    def _cdi_resolver(self) -> Callable[[str], str | None]:
-        """CDI device name -> device key, from this node's CDI specs (read when the
-        kubelet reports a claim) and the NVIDIA driver's minor numbers (hw_id: UUID)."""
-        self._cdi = cdi.load(self._cdi_dirs)
-        gpus = read_driver_gpus(self.settings.procfs, self.settings.get(DEVFS),
-                                self.settings.sysfs)
-        known = [g for g in (gpus.gpus if gpus else ()) if g.uuid]
-        minors = {g.minor: g.uuid for g in known if g.minor is not None and g.uuid}
-        return cdi.resolver(self._cdi, self.settings.sysfs, minors,
-                            cdi.read_mig_minors(self.settings.procfs), self._migs(minors),
-                            {g.pci_address: g.uuid for g in known if g.uuid})
-
-    def _migs(self, minors: Mapping[int, str]) -> dict[tuple[int, int, int], str]:
-        """(parent minor, GPU instance, compute instance) -> MIG device key, from the
-        MIG devices of the current NVML session (none without one)."""
-        session = self._nvml.current
-        if session is None or session.gone:
-            return {}
-        minor_of = {uuid: minor for minor, uuid in minors.items()}
-        out: dict[tuple[int, int, int], str] = {}
-        for dev in session.devices.values():
-            parent = minor_of.get(dev.identity.hw_id or "")
-            for mig in dev.migs:
-                gi, ci = mig.instance or (None, None)
-                if parent is not None and gi is not None and ci is not None:
-                    out[(parent, gi, ci)] = mig.identity.key
-        return out
-
-    def _dra_state(self, unresolved: Sequence[str]) -> None:
-        """`processes.dra`: whether every GPU the kubelet reports through a DRA claim
-        was resolved to a GPU of this node (none is ever guessed)."""
-        if self._cdi is None:
-            return  # no claim seen yet: no state
-        problems = [*unresolved, *self._cdi.problems]
-        if problems:
-            self._features["dra"] = Availability.unavailable(
-                f"{len(unresolved)} DRA device(s) not resolved to a GPU: "
-                + "; ".join(problems[:5]),
-                "mount the DRA drivers' CDI spec directories read-only ("
-                + ",".join(self._cdi_dirs) + ", --processes.cdi-spec-dirs) and the "
-                "host's /proc (--path.procfs: the NVIDIA driver's GPU minors, "
-                "driver/nvidia-caps/mig-minors for MIG devices)")
-        else:
-            self._features["dra"] = Availability.enabled(", ".join(self._cdi_dirs))
-
-    def _running(self, pods: Mapping[str, tuple[ContainerRef, ...]]
-                 ) -> Mapping[str, tuple[ContainerRef, ...]]:
-        """The allocations of pods the node does not show finished (kubernetes#119423:
-        the kubelet lists a finished pod with its devices until the pod is deleted)."""
-        try:
-            live = podliveness.read(self._pod_log_dir, self.settings.sysfs)
-        except podliveness.LivenessUnavailable as exc:
-            self._features["pod_liveness"] = Availability.unavailable(
-                f"{exc}: finished pods the kubelet still lists count as allocated",
-                _LIVENESS_FIX)
-            return pods
-        self._features["pod_liveness"] = (
-            Availability.enabled(self._pod_log_dir) if live.cgroups else
-            Availability.unavailable(
-                f"no kubelet cgroup tree under {self.settings.sysfs}/fs/cgroup: finished "
-                "pods the kubelet still lists count as allocated",
-                "mount the host's /sys (with /sys/fs/cgroup) and point --path.sysfs at it"))
-        running = {device: tuple(r for r in refs if not live.finished(r.namespace, r.pod_name))
-                   for device, refs in pods.items()}
-        return {device: refs for device, refs in running.items() if refs}
 
     def start_nvidia(
         self, sink: Sink

@@ -1,4 +1,4 @@
-"""The HTTP front: connections, parsing, limits and TLS; what to answer is `web.App`'s.
+"""The HTTP front: connections, parsing, limits and TLS; what to answer is `app.App`'s.
 
 One asyncio event loop in one thread holds every connection, so a connection that is idle,
 slow or hostile costs a file descriptor and a few kilobytes, never a thread. Requests are
@@ -132,144 +132,78 @@ class _Conn:
         self.abort: Callable[[], None] = lambda: None
 
 
-class HttpServer:
-    """`serve_forever()` in a thread of its own, `shutdown()` and `server_close()` from
-    another, like socketserver's servers."""
+class _ConnectionTable:
+    """The open connections and the refusals: what the cap and eviction look at. Used
+    on the event loop's thread only, except `counts()`, which scrapes call (a copy)."""
 
-    def __init__(self, address: tuple[str, int], handler: Handler, limits: Limits,
-                 tls: CertificateReloader | None = None,
-                 client_allowed_sans: tuple[str, ...] = (),
-                 config_headers: dict[str, str] | None = None) -> None:
-        self._handler = handler
-        self._limits = limits
-        self._tls = tls
-        self._client_allowed_sans = client_allowed_sans
-        self._config_headers = dict(config_headers or {})
-        self._conns: dict[int, _Conn] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+    def __init__(self, max_connections: int) -> None:
+        self._max_connections = max_connections
+        self.conns: dict[int, _Conn] = {}
         self._ids = itertools.count()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stopped = threading.Event()
-        # Bound to the loop on its first use (asyncio.Event since 3.10): shutdown() may
-        # come before serve_forever() has started it.
-        self._stop = asyncio.Event()
-        self.socket = _listen(address)
-        self.server_address = self.socket.getsockname()
-        self._stop_requested = False
         # Connections refused or closed early, by reason: counted on the event loop's
         # thread, read (copied) by scrapes on theirs. Every reason from the start.
         self._refusals: dict[HttpRefusalReason, int] = dict.fromkeys(
             get_args(HttpRefusalReason), 0)
 
-    def refusal_counts(self) -> dict[HttpRefusalReason, int]:
-        """The connections refused or closed early so far, by reason."""
+    def counts(self) -> dict[HttpRefusalReason, int]:
         return dict(self._refusals)
 
-    def _refused(self, reason: HttpRefusalReason) -> None:
+    def refused(self, reason: HttpRefusalReason) -> None:
         self._refusals[reason] += 1
 
-    # --- life cycle, from other threads
+    def admit(self, peer: str) -> _Conn | None:
+        """A place for a new connection, evicting the oldest idle one at the cap; None
+        when every connection is busy (the new one is refused, and counted)."""
+        full = len(self.conns) >= self._max_connections
+        if full:
+            # Once per episode: a flood of connections is worth a line, not a line each.
+            log_once(log, "connections-full", logging.WARNING,
+                     "%d connections open, the most the server keeps: the oldest idle "
+                     "one is closed for each new one, and new ones are refused while "
+                     "all are busy", self._max_connections)
+        elif len(self.conns) < self._max_connections // 2:
+            forget(log, "connections-full")
+        if full and not self.evict_one("evicted"):
+            self.refused("connection_limit")
+            log.debug("refused a connection from %s: %d connections, all busy",
+                      peer, len(self.conns))
+            return None
+        conn = _Conn(next(self._ids), peer)
+        self.conns[conn.ident] = conn
+        return conn
 
-    def serve_forever(self) -> None:
-        loop = asyncio.new_event_loop()
-        loop.set_exception_handler(_loop_exception)
-        self._loop = loop
-        try:
-            loop.run_until_complete(self._serve())
-        finally:
-            with contextlib.suppress(Exception):
-                loop.run_until_complete(loop.shutdown_asyncgens())
-            loop.close()
-            self._stopped.set()
-
-    def shutdown(self) -> None:
-        self._stop_requested = True
-        loop = self._loop
-        if loop is None:
-            return  # serve_forever has not started: it returns at once when it does
-        with contextlib.suppress(RuntimeError):  # the loop is already closed
-            loop.call_soon_threadsafe(self._stop.set)
-        self._stopped.wait(10)
-
-    def server_close(self) -> None:
-        self.socket.close()
-
-    # --- the event loop
-
-    async def _serve(self) -> None:
-        if self._stop_requested:
-            return
-        accepting = asyncio.create_task(self._accept_loop())
-        await self._stop.wait()
-        accepting.cancel()
-        for conn in list(self._conns.values()):
-            conn.abort()
-        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-
-    async def _accept_loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        self.socket.setblocking(False)
-        exhausted = False
-        while True:
-            try:
-                sock, addr = await loop.sock_accept(self.socket)
-            except OSError as exc:
-                if exc.errno == errno.ECONNABORTED:  # that client left before its turn
-                    continue
-                if exc.errno not in _ACCEPT_EXHAUSTED:
-                    log.debug("accept failed: %s", exc)
-                    await asyncio.sleep(ACCEPT_BACKOFF_SECONDS)
-                    continue
-                if not exhausted:
-                    log.warning("cannot accept connections: %s (the file descriptor limit, "
-                                "ulimit -n); closing the oldest idle connection and retrying",
-                                exc.strerror or exc)
-                    exhausted = True
-                self._evict_one("file_descriptor_limit")
-                await asyncio.sleep(ACCEPT_BACKOFF_SECONDS)
-                continue
-            exhausted = False
-            peer = str(addr[0]) if isinstance(addr, tuple) else str(addr)
-            full = len(self._conns) >= self._limits.max_connections
-            if full:
-                # Once per episode: a flood of connections is worth a line, not a line each.
-                log_once(log, "connections-full", logging.WARNING,
-                         "%d connections open, the most the server keeps: the oldest idle "
-                         "one is closed for each new one, and new ones are refused while "
-                         "all are busy", self._limits.max_connections)
-            elif len(self._conns) < self._limits.max_connections // 2:
-                forget(log, "connections-full")
-            if full and not self._evict_one("evicted"):
-                self._refused("connection_limit")
-                log.debug("refused a connection from %s: %d connections, all busy",
-                          peer, len(self._conns))
-                _reset(sock)
-                continue
-            conn = _Conn(next(self._ids), peer)
-            self._conns[conn.ident] = conn
-            # Held here: the event loop keeps only weak references to tasks.
-            task = asyncio.create_task(self._connection(sock, conn))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-            # sock_accept returns without yielding while connections wait in the backlog:
-            # a turn for the others (requests in progress, an evicted connection closing)
-            # before the next one.
-            await asyncio.sleep(0)
-
-    def _evict_one(self, reason: HttpRefusalReason) -> bool:
-        waiting = [c for c in self._conns.values() if c.waiting]
+    def evict_one(self, reason: HttpRefusalReason) -> bool:
+        waiting = [c for c in self.conns.values() if c.waiting]
         if not waiting:
             return False
         oldest = min(waiting, key=lambda c: c.since)
-        self._refused(reason)
-        self._conns.pop(oldest.ident, None)
+        self.refused(reason)
+        self.conns.pop(oldest.ident, None)
         oldest.abort()
         return True
 
-    async def _connection(self, sock: socket.socket, conn: _Conn) -> None:
+    def close_all(self) -> None:
+        for conn in list(self.conns.values()):
+            conn.abort()
+
+
+class _Exchange:
+    """One connection's life: the TLS handshake, then requests read, checked and
+    answered in turn until either side closes or a limit is hit."""
+
+    def __init__(self, handler: Handler, limits: Limits, tls: CertificateReloader | None,
+                 client_allowed_sans: tuple[str, ...], config_headers: dict[str, str],
+                 table: _ConnectionTable, stop: asyncio.Event) -> None:
+        self._handler = handler
+        self._limits = limits
+        self._tls = tls
+        self._client_allowed_sans = client_allowed_sans
+        self._config_headers = config_headers
+        self._table = table
+        self._refused = table.refused
+        self._stop = stop
+
+    async def run(self, sock: socket.socket, conn: _Conn) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         # Evicting a connection cancels its task, whose clean-up closes it (before there
         # is a transport, the socket itself may be registered with the event loop).
@@ -300,11 +234,12 @@ class HttpServer:
         except Exception:  # a bug of ours: logged through logging, never a bare traceback
             log.exception("connection from %s failed", conn.peer)
         finally:
-            self._conns.pop(conn.ident, None)
+            self._table.conns.pop(conn.ident, None)
             if writer is not None:
                 writer.close()
             else:
                 sock.close()
+
 
     async def _open(self, sock: socket.socket, conn: _Conn, deadline: float
                     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
@@ -349,6 +284,7 @@ class HttpServer:
             transport.abort()
             return None
         return reader, writer
+
 
     async def _requests(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                         conn: _Conn, deadline: float) -> None:
@@ -401,6 +337,7 @@ class HttpServer:
             first = False
             deadline = time.monotonic() + self._limits.read_header_timeout
 
+
     async def _prepare(self, h: h11.Connection, reader: asyncio.StreamReader,
                        writer: asyncio.StreamWriter, event: h11.Request, request: Request
                        ) -> Response | None:
@@ -438,6 +375,7 @@ class HttpServer:
             self._refused("slow_client")
             raise _Closed from None
 
+
     async def _send(self, writer: asyncio.StreamWriter, h: h11.Connection,
                     request: Request | None, response: Response, conn: _Conn) -> None:
         headers = [("Date", _http_date()),
@@ -468,6 +406,110 @@ class HttpServer:
             log.debug("client %s went away mid-response: %s", conn.peer,
                       exc.__class__.__name__)
             raise _Closed from None
+
+
+class HttpServer:
+    """`serve_forever()` in a thread of its own, `shutdown()` and `server_close()` from
+    another, like socketserver's servers. The listener and the accept loop; the table
+    of connections keeps the cap, and an `_Exchange` serves each connection."""
+
+    def __init__(self, address: tuple[str, int], handler: Handler, limits: Limits,
+                 tls: CertificateReloader | None = None,
+                 client_allowed_sans: tuple[str, ...] = (),
+                 config_headers: dict[str, str] | None = None) -> None:
+        self._table = _ConnectionTable(limits.max_connections)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopped = threading.Event()
+        # Bound to the loop on its first use (asyncio.Event since 3.10): shutdown() may
+        # come before serve_forever() has started it.
+        self._stop = asyncio.Event()
+        self._exchange = _Exchange(handler, limits, tls, client_allowed_sans,
+                                   dict(config_headers or {}), self._table, self._stop)
+        self.socket = _listen(address)
+        self.server_address = self.socket.getsockname()
+        self._stop_requested = False
+
+    def refusal_counts(self) -> dict[HttpRefusalReason, int]:
+        """The connections refused or closed early so far, by reason."""
+        return self._table.counts()
+
+    # --- life cycle, from other threads
+
+    def serve_forever(self) -> None:
+        loop = asyncio.new_event_loop()
+        loop.set_exception_handler(_loop_exception)
+        self._loop = loop
+        try:
+            loop.run_until_complete(self._serve())
+        finally:
+            with contextlib.suppress(Exception):
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+            self._stopped.set()
+
+    def shutdown(self) -> None:
+        self._stop_requested = True
+        loop = self._loop
+        if loop is None:
+            return  # serve_forever has not started: it returns at once when it does
+        with contextlib.suppress(RuntimeError):  # the loop is already closed
+            loop.call_soon_threadsafe(self._stop.set)
+        self._stopped.wait(10)
+
+    def server_close(self) -> None:
+        self.socket.close()
+
+    # --- the event loop
+
+    async def _serve(self) -> None:
+        if self._stop_requested:
+            return
+        accepting = asyncio.create_task(self._accept_loop())
+        await self._stop.wait()
+        accepting.cancel()
+        self._table.close_all()
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _accept_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.socket.setblocking(False)
+        exhausted = False
+        while True:
+            try:
+                sock, addr = await loop.sock_accept(self.socket)
+            except OSError as exc:
+                if exc.errno == errno.ECONNABORTED:  # that client left before its turn
+                    continue
+                if exc.errno not in _ACCEPT_EXHAUSTED:
+                    log.debug("accept failed: %s", exc)
+                    await asyncio.sleep(ACCEPT_BACKOFF_SECONDS)
+                    continue
+                if not exhausted:
+                    log.warning("cannot accept connections: %s (the file descriptor limit, "
+                                "ulimit -n); closing the oldest idle connection and retrying",
+                                exc.strerror or exc)
+                    exhausted = True
+                self._table.evict_one("file_descriptor_limit")
+                await asyncio.sleep(ACCEPT_BACKOFF_SECONDS)
+                continue
+            exhausted = False
+            peer = str(addr[0]) if isinstance(addr, tuple) else str(addr)
+            conn = self._table.admit(peer)
+            if conn is None:
+                _reset(sock)
+                continue
+            # Held here: the event loop keeps only weak references to tasks.
+            task = asyncio.create_task(self._exchange.run(sock, conn))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            # sock_accept returns without yielding while connections wait in the backlog:
+            # a turn for the others (requests in progress, an evicted connection closing)
+            # before the next one.
+            await asyncio.sleep(0)
 
 
 def _encode(h: h11.Connection, response: Response, headers: list[tuple[str, str]]

@@ -66,7 +66,7 @@ class ProcessLabels(TypedDict, total=False):
 def known(labels: type[T], **values: str | None) -> T:
     """`labels` with the values that are known: a label whose value a source does not
     report (None or empty) is absent, never empty. The names are checked with the series
-    (`family.CHECK_LABELS`)."""
+    (`metric_types.CHECK_LABELS`)."""
     return cast(T, {name: v for name, v in values.items() if v})
 
 

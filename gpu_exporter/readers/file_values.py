@@ -1,7 +1,7 @@
 """Safe small reads of sysfs and procfs files, and listings of their (numbered) entries.
 
 One open and one read per file (a sysfs attribute, a /proc seq file hands out its whole
-value in the first read) through `sources.files` (regular files only, never waiting, at
+value in the first read) through `readers.files` (regular files only, never waiting, at
 most a cap), NUL padding and surrounding white space stripped. A file that is missing,
 is not a regular file (a FIFO, a device, a folder: never read, logged once with the
 reason, a problem where the caller collects them), or cannot be read (permission,
@@ -59,7 +59,7 @@ class Problems:
 
 def read_bytes(path: Path | str, limit: int = MAX_READ_BYTES,
                problems: Problems | None = None) -> bytes | None:
-    """The raw content of a file (one read, at most `limit` bytes: `sources.files.head`),
+    """The raw content of a file (one read, at most `limit` bytes: `readers.files.head`),
     or None when absent/unreadable/refused (a FIFO, a device, a folder, a file whose size
     is over `limit` is never read: it is added to `problems` when given, else logged
     once)."""

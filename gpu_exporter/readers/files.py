@@ -10,7 +10,7 @@ it never waits on the file and never holds more of it than its caller's cap.
   the cap is refused unread; a file that says 0 (procfs) or 4096 (sysfs) is read up to
   the cap plus one byte, and refused when that byte comes. `head` reads only the start
   of a file that may legitimately be long (`/proc/stat`'s first line), and is the one
-  read of a sysfs attribute (`sources.sysfs.sysfs`).
+  read of a sysfs attribute (`readers.file_values`).
 
 - Held (`HeldFile`): a value read every scrape (a power meter, an energy counter) may
   be opened once, checked once, and read from its start each time with `pread`: the

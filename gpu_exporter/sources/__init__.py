@@ -1,5 +1,4 @@
-"""Sources of readings: hardware and kernel sources to typed, base-unit records (no
-Prometheus here), one folder per kind of source: `nvml` (what NVML answers), `sysfs` (files
-under /sys), `procfs` (files under /proc), `kubelet` (its PodResources API and its pods'
-folders), `ebpf` (uprobes on CUDA); `files` is the one bounded reader of system files
-they all read through."""
+"""Sources of readings: what a library or a probe answers, to typed, base-unit records (no
+Prometheus here), one folder per source: `nvml` (what NVML answers), `ebpf` (uprobes on
+CUDA and HIP). Plain files and sockets (sysfs, procfs, the kubelet) are `readers`', which
+sources may use."""

@@ -3,8 +3,8 @@ against a floor of reading the same files with plain open/read, side by side in 
 the method of benchmark 7 (`test_sysfs_readers.py`), whose recording and floor it reuses.
 
 Reader: one scrape's reads, sources already found and read once (as after the first
-scrape): every meter's `power1_average` (`sources.sysfs.power_meter.read_watts`) and every
-RAPL zone's `energy_uj` with its wrap accounted (`sources.sysfs.powercap.read_uj`,
+scrape): every meter's `power1_average` (`readers.sysfs.power_meter.read_watts`) and every
+RAPL zone's `energy_uj` with its wrap accounted (`readers.sysfs.powercap.read_uj`,
 `EnergyTotals.joules`). Each file is held open after its first read (`files.HeldFile`):
 a scrape is one `pread` per file, and the parse. Floor: the files the first read opened,
 each opened, read and closed (node_exporter's way, and the readers' before they held

@@ -2,7 +2,7 @@
 with plain open/read, side by side in one run.
 
 Reader: one read of every card of the vendor, as one scrape does
-(`sources.sysfs.amd.AmdReader.read`, `sources.sysfs.intel.IntelReader.read`, identities and each
+(`readers.sysfs.amd.AmdReader.read`, `readers.sysfs.intel.IntelReader.read`, identities and each
 card's layout already known, as after the first scrape). Floor: the files that very
 read opened and the folders it listed, recorded while it ran (`os.open` and
 `os.listdir` wrapped), replayed with nothing but `os.open` + `os.read` + `os.close` per

@@ -1,5 +1,6 @@
 """CONTRIBUTING's "where things go" table against the tree: the files and names each row
-sends a newcomer to exist, and the families of each kind are emitted where it says."""
+sends a newcomer to exist, and the families of each kind are emitted where it says; its
+"layers and folders" table and its layers rule against pyproject.toml's layers."""
 
 from __future__ import annotations
 
@@ -35,6 +36,10 @@ CASES: dict[str, dict[str, tuple[str, ...]]] = {
         "gpu_exporter/sources/nvml/processes.py": (),
         "gpu_exporter/readers/procfs/fdinfo.py": (),
         "gpu_exporter/collectors/processes.py": (),
+    },
+    "a collector": {
+        "gpu_exporter/collectors/__init__.py": ("REGISTRY",),
+        "gpu_exporter/collectors/base.py": ("Collector",),
     },
     "an eBPF probe": {
         "gpu_exporter/model/ebpf_abi.py": ("RUNTIME_PROBES", "DRIVER_PROBES"),
@@ -165,3 +170,22 @@ def test_the_sources_row_names_every_folder_of_sources_and_readers() -> None:
         assert folders, f"no folder under gpu_exporter/{top}/"
         for name in folders:
             assert f"`{top}/{name}/`" in row, name
+
+
+def _layers() -> list[tuple[str, str]]:
+    table = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["gpu-exporter"]
+    return [(layer["name"], layer["folder"]) for layer in table["layers"]]
+
+
+def test_the_layers_section_maps_each_layer_to_its_folder_in_order() -> None:
+    section = TEXT.split("## Layers and folders")[1].split("\n## ")[0]
+    rows = re.findall(r"^\| (\w+) \| `gpu_exporter/(\w+)/` \| .+ \|$", section, re.M)
+    assert rows == _layers()
+    for _, folder in rows:
+        assert (REPO / "gpu_exporter" / folder / "__init__.py").exists(), folder
+
+
+def test_the_layers_rule_lists_the_layers_of_pyproject() -> None:
+    rules = " ".join(TEXT.split("## Rules of the house")[1].split("\n## ")[0].split())
+    names = ", ".join(name for name, _ in _layers())
+    assert f"`[[tool.gpu-exporter.layers]]`: {names})" in rules, names

@@ -1,4 +1,4 @@
-"""sources.files, the one reader of procfs/sysfs files: regular files only, never
+"""readers.files, the one reader of procfs/sysfs files: regular files only, never
 waiting, never more than the cap; what it refuses says why."""
 
 from __future__ import annotations
@@ -169,14 +169,14 @@ def _direct_reads(path: Path) -> list[str]:
                 fn.value.id == "os" and fn.attr == "open"):
             out.append(f"{node.lineno}: os.open()")
         elif isinstance(fn, ast.Attribute) and fn.attr in ("read_text", "read_bytes") \
-                and not node.args:  # pathlib's, not sources.files/sources.sysfs.sysfs
+                and not node.args:  # pathlib's, not readers.files/readers.file_values
             out.append(f"{node.lineno}: .{fn.attr}()")
     return out
 
 
 def test_every_system_file_is_read_through_readers_files() -> None:
     """No open(), os.open(), Path.read_text()/read_bytes() or psutil outside
-    sources/files.py: a read that bypasses it can wait on a FIFO or read a huge file."""
+    readers/files.py: a read that bypasses it can wait on a FIFO or read a huge file."""
     repo = Path(__file__).resolve().parents[2]
     found = {}
     for path in sorted((repo / "gpu_exporter").rglob("*.py")):

@@ -150,7 +150,7 @@ def file_limit(want: int) -> Iterator[None]:
 
 
 def test_connections_past_the_limit_evict_idle_ones_then_are_refused() -> None:
-    cap = 512  # webserver.MAX_CONNECTIONS
+    cap = 512  # server.MAX_CONNECTIONS
     held: list[socket.socket] = []
 
     def connect() -> None:

@@ -112,7 +112,7 @@ def with_dynamic_resources(
     ClaimResource per allocated device, with every CDI device its driver named for it:
     AMD's driver names a `common` device (environment only) beside the GPU's own,
     NVIDIA's the GPU's alone. The device is the one GPU those resolve to by `resolve`
-    (`sources.kubelet.cdi.resolver`); a GPU driver's device that resolves to none, or
+    (`readers.kubelet.cdi.resolver`); a GPU driver's device that resolves to none, or
     to more than one, is counted unresolved. Another driver's device (a NIC, NVIDIA's
     compute-domain channels) that names no GPU is none of the exporter's business."""
     out = {k: set(v) for k, v in gpu_allocations(response).items()}

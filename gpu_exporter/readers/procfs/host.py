@@ -1,7 +1,7 @@
 """Host readings in base units: CPU time, memory by state, filesystem space, disk and
 network traffic. Network counters come from rtnetlink (`rtnetlink`: the kernel's 64-bit
 interface statistics of the exporter's network namespace); the rest from procfs (read
-through `sources.files`: never waiting on a file, never more than a cap of it) and
+through `readers.files`: never waiting on a file, never more than a cap of it) and
 statvfs.
 """
 
@@ -68,7 +68,7 @@ class InterfaceStats:
     transmit_errors: int
 
 
-# Caps on what is read of each procfs file (sources.files: regular files only, never
+# Caps on what is read of each procfs file (readers.files: regular files only, never
 # waiting, never more than the cap): a 1 GB `meminfo` or a 200 MB `self/mounts` put
 # where the kernel's belong is refused with the reason, not read into memory.
 MEMINFO_MAX_BYTES = 64 * 1024  # ~1.5 KiB on a real kernel

@@ -13,7 +13,7 @@
   `gt/gt1/rps_act_freq_mhz` (the media GT) -> video; xe `tile0/gt0/freq0/act_freq` ->
   graphics, a second GT of tile 0 (the media GT) -> video;
 - memory limit (xe): `tileN/physical_vram_size_bytes`, summed over tiles;
-- utilization: DRM fdinfo (`sources.procfs.fdinfo`), summed over clients by the collector.
+- utilization: DRM fdinfo (`readers.procfs.fdinfo`), summed over clients by the collector.
 
 hw_id is the PCI address (Intel has no stable unique id in sysfs), so a card that never
 answered still has one. Which files a card has is listed once (`Layouts`); a scrape

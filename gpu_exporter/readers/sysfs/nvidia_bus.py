@@ -1,5 +1,5 @@
 """NVIDIA GPUs on the PCI bus that the NVIDIA driver does not expose, found through the
-exporter's one PCI discovery (`sources.sysfs.pci.discover`: display and accelerator classes, so
+exporter's one PCI discovery (`readers.sysfs.pci.discover`: display and accelerator classes, so
 a card's audio and USB-C functions and NVSwitches, which are bridges, are not GPUs).
 
 A GPU the driver should have but does not (no driver loaded, or loaded but not bound to

@@ -10,7 +10,7 @@ architectures").
 
 What x86-64 (System V AMD64 ABI, Linux) gives the probes, and where it is used:
 
-- syscall numbers: bpf(2) 321 and perf_event_open(2) 298 (`attach.py`; aarch64 has 280
+- syscall numbers: bpf(2) 321 and perf_event_open(2) 298 (`uprobes.py`; aarch64 has 280
   and 241);
 - integer arguments 1 to 6 in rdi, rsi, rdx, rcx, r8, r9 (`PT_REGS_PARM1..6` in
   program.c), the 7th and later on the stack, 8 bytes each above the return address
@@ -53,7 +53,7 @@ class Machine:
 
 X86_64: Final = Machine("x86_64", sys_bpf=321, sys_perf_event_open=298)
 SUPPORTED: Final[Mapping[str, Machine]] = {m.name: m for m in (X86_64,)}
-# The one machine the engine's constants are for (attach.py): every other is gated out.
+# The one machine the engine's constants are for (uprobes.py): every other is gated out.
 BUILT_FOR: Final = X86_64
 
 FIX: Final = (

@@ -3,8 +3,8 @@ any process maps, keeps doing so on an interval, and reads the aggregated maps b
 scrape. A façade over its parts, each a module of its own:
 
 - loader.Program: the BPF program compiled, loaded and its tracepoints attached;
-- attacher.Attacher: the library files with probes, attached and detached;
-- scanning.Scans: which processes map which CUDA files (asked, sighted, rescanned);
+- library_probes.Attacher: the library files with probes, attached and detached;
+- rescans.Scans: which processes map which CUDA files (asked, sighted, rescanned);
 - events.EventLoop: the thread reading the ring buffers and rescanning;
 - counters.Counters: what a BPF counter is reported as (labels, graphs, devices);
 - maps.MapReader: the maps read into the typed reading, the exited folded (HoldBack).

@@ -1,5 +1,5 @@
 """Which AMD GPU a HIP process's calls ran on (issue #23): DRM fdinfo is the judge, as NVML
-is for CUDA (sources/procfs/fdinfo.py reads it). Every open amdgpu DRM file names its
+is for CUDA (readers/procfs/fdinfo.py reads it). Every open amdgpu DRM file names its
 GPU (`drm-pdev`); a process holding files of exactly one AMD GPU ran there. The view is
 NVML's shape (reading.NvmlView: pid -> device keys, complete, device key by PCI address),
 so the counters judge HIP calls by the same rules: one GPU, or several and the thread's

@@ -8,7 +8,7 @@ the nvidia and processes collectors.
 - `values`: one scrape of one GPU's values.
 - `nvlink`: the NVLink rows of the field-values batch, per link.
 - `pcie`: the PCIe link NVML reports, and its error counts (NVML's, else the kernel's AER
-  counters through `sources.sysfs.pcie`).
+  counters through `readers.sysfs.pcie`).
 - `processes`: one scrape of one GPU's processes and their utilization.
 - `gpm`: SM, tensor-pipe and DRAM activity through GPM (Hopper and newer), per GPU and
   MIG GPU instance, one sample kept per target between scrapes.
@@ -16,8 +16,8 @@ the nvidia and processes collectors.
   is data of the model layer: `gpu_exporter/model/xid_catalog.py`).
 - `lanes`: per-GPU calls in lanes, so that one hung or lost GPU costs only itself.
 - `stack`: one NVML session for the process: init, discovery (checked against the GPUs
-  the driver lists, `sources.procfs.nvidia_driver`, and those on the PCI bus,
-  `sources.sysfs.nvidia_bus`), retries, features.
+  the driver lists, `readers.procfs.nvidia_driver`, and those on the PCI bus,
+  `readers.sysfs.nvidia_bus`), retries, features.
 
 Readers here return records in base units; only collectors know Prometheus.
 """

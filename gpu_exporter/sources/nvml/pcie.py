@@ -7,7 +7,7 @@ generation and width each scrape. A generation becomes transfers per second per 
 
 Errors: NVML's PCIe error counts (field values, newer drivers and GPUs) where the GPU
 has them, else the kernel's AER counters of the GPU's PCI functions in sysfs
-(`sources.sysfs.pcie`), as for every other vendor.
+(`readers.sysfs.pcie`), as for every other vendor.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """One NVML stack for the whole process, shared by the nvidia and processes collectors:
 one nvmlInit, one discovery of GPUs and MIG devices, one XID listener, one place that
 starts NVML again after the driver went away, and one list of the GPUs this exporter is
-given (`driver`), so that a GPU NVML cannot read is still reported, down.
+given (`GivenGpus`), so that a GPU NVML cannot read is still reported, down.
 
 NVML is one library per process, so the stack is too: collectors `attach()` and
 `detach()`; the last one out shuts NVML down. Each collector reads its GPUs through
@@ -103,10 +103,177 @@ class Missing:
     message: str
 
 
-class NvmlStack:
+class GivenGpus:
+    """The GPUs this exporter is given, whether NVML reads them or not: the driver's list
+    (read on a worker of its own), the PCI bus's NVIDIA GPUs the driver does not expose
+    and the identities read earlier in this process; from them, the GPUs that cannot be
+    read (`missing`) and the `nvidia.pci` state."""
+
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
         self._devfs = settings.get(DEVFS)
+        self._driver_worker = Worker("nvidia-driver")
+        self._driver_job: Job[DriverGpus | None] | None = None
+        self.driver: DriverGpus | None = None  # the last read of the driver's list
+        self.bus = BusGpus()  # the PCI bus's NVIDIA GPUs the driver does not expose
+        self.known: dict[str, GpuIdentity] = {}  # identities read, by PCI address
+
+    def unresolved(self, session: Session) -> bool:
+        if session.pending or self.bus.failed:
+            return True
+        identified = self.identified(session)
+        return any(g.pci_address not in identified for g in self.driver_gpus())
+
+
+    def missing(self, session: Session | None,
+                view: tuple[dict[int, IdentityUnreadable | None], dict[int, NvmlDevice]]
+                | None = None) -> list[Missing]:
+        """The GPUs this exporter is given that it cannot read: counted by NVML but not
+        identified, or listed by the driver only. gpu_index: the NVML index when NVML
+        counts the GPU, else after the GPUs NVML counts, in PCI order. `view`: the
+        session's (pending, devices) as the caller read its GPUs (`view()`), so that a GPU
+        identified since is reported in this scrape as what the caller saw."""
+        if session is not None and view is None:
+            view = NvmlStack.view(session)
+        pending, devices = view if view is not None else ({}, {})
+        pending = {i: why for i, why in pending.items() if i not in devices}
+        identified = {d.identity.pci_address for d in devices.values()
+                      if d.identity.pci_address is not None}
+        seen = dict(session.seen_pci) if session is not None else {}
+        unmatched = [g for g in self.driver_gpus()
+                     if g.pci_address not in identified and g.pci_address not in seen.values()]
+        blind = sorted(i for i in pending if i not in seen)
+        # Without the driver's list (no /proc/driver/nvidia here), the PCI bus's GPUs
+        # bound to the NVIDIA driver are the candidates.
+        candidates = [g.pci_address for g in unmatched] if self.driver is not None else [
+            a for a in self.bus.bound if a not in identified and a not in seen.values()]
+        if blind and len(blind) == len(candidates):
+            # NVML numbers GPUs in PCI order: the unidentified ones are the unmatched.
+            seen.update(zip(blind, candidates, strict=True))
+            unmatched = []
+        driver = {g.pci_address: g for g in self.driver_gpus()}
+        out = []
+        for index, why in sorted(pending.items()):
+            pci = seen.get(index)
+            message = str(why) if why is not None else (
+                f"NVIDIA device {index} has not answered its identity (a call hangs)")
+            state: HealthState | None = "failed" if why is not None and why.lost else None
+            identity = (None if pci is None else
+                        self._identity(session, pci, (index,), driver.get(pci)))
+            out.append(Missing(f"gpu{index}", identity, state, message))
+        after = session.count if session is not None else 0
+        for g in unmatched:
+            out.append(Missing(
+                g.pci_address, self._identity(session, g.pci_address, (after, g.pci_address), g),
+                "failed" if session is not None else None,
+                f"NVIDIA GPU {g.pci_address} is listed by the driver but NVML does not count "
+                f"it: the driver could not initialise it ({FIX_CHECK})"))
+        if self._settings.get(PCI):
+            for b in self.bus.failed:
+                if b.pci_address in identified:
+                    continue
+                identity = self._identity(session, b.pci_address, (after, b.pci_address), None)
+                if not identity.name and b.name:
+                    identity = dataclasses.replace(identity, name=b.name)
+                out.append(Missing(b.pci_address, identity, "failed",
+                                   f"NVIDIA GPU {b.pci_address} is on the PCI bus but not "
+                                   f"exposed: {b.reason}"))
+        return out
+
+
+    def _identity(self, session: Session | None, pci: str, order_key: tuple[int | str, ...],
+                  g: DriverGpu | None) -> GpuIdentity:
+        """What is known of a GPU that cannot be read: its identity read earlier in this
+        process, else what the driver lists (a UUID only once the driver has one)."""
+        known = self.known.get(pci)
+        if known is not None:
+            return dataclasses.replace(known, order_key=order_key)
+        version = session.version if session is not None else None
+        return GpuIdentity(
+            hw_id=g.uuid if g else None, name=(g.name if g else None) or "", vendor="nvidia",
+            pci_address=pci, order_key=order_key,
+            driver_version=version or (self.driver.version if self.driver else None),
+            firmware_version=g.firmware_version if g else None)
+
+    @staticmethod
+    def identified(session: Session | None) -> set[str]:
+        if session is None:
+            return set()
+        return {d.identity.pci_address for d in session.devices.values()
+                if d.identity.pci_address is not None}
+
+    def uncounted(self, session: Session) -> frozenset[str]:
+        """GPUs the driver has initialised (it shows their UUID) while NVML counts fewer
+        GPUs than the driver lists and has not identified them."""
+        driver = self.driver_gpus()
+        if session.count >= len(driver):
+            return frozenset()
+        identified = self.identified(session)
+        return frozenset(g.pci_address for g in driver
+                         if g.uuid and g.pci_address not in identified)
+
+    def driver_gpus(self) -> tuple[DriverGpu, ...]:
+        return self.driver.gpus if self.driver is not None else ()
+
+    def read_driver(self, deadline: float) -> None:
+        """The driver's list, read on its own worker: a read that hangs keeps the last."""
+        if self._driver_job is None or self._driver_job.done.is_set():
+            with contextlib.suppress(Busy):
+                self._driver_job = self._driver_worker.submit(partial(
+                    read_driver_gpus, self._settings.procfs, self._devfs,
+                    self._settings.sysfs))
+        job = self._driver_job
+        if job is not None and job.wait(min(deadline - time.monotonic(), _DRIVER_READ_SECONDS)):
+            try:
+                self.driver = job.outcome()
+            except OSError as exc:
+                log.warning("reading the NVIDIA driver's GPU list: %s", exc)
+
+    def read_bus(self, *, nvml_up: bool) -> None:
+        """The PCI bus's NVIDIA GPUs, against the driver's list (sysfs only: the driver is
+        not asked)."""
+        if not self._settings.get(PCI):
+            return
+        try:
+            self.bus = read_bus_gpus(self._settings.sysfs, self.driver, nvml_up=nvml_up)
+        except OSError as exc:
+            log.warning("reading the PCI bus for NVIDIA GPUs: %s", exc)
+
+
+    def bus_state(self) -> Availability:
+        """`nvidia.pci`: NVIDIA GPUs of the PCI bus the driver does not expose, and why."""
+        if not self._settings.get(PCI):
+            return Availability.disabled("turned off by --no-collector.nvidia.pci",
+                                         "--collector.nvidia.pci turns it on")
+        went = "; ".join(f"{b.pci_address} {b.reason}" for b in self.bus.elsewhere)
+        if not self.bus.failed:
+            return Availability.enabled(
+                "every NVIDIA GPU on the PCI bus is exposed by the driver"
+                + (f" or bound elsewhere: {went}" if went else ""))
+        no_driver = any("not loaded" in b.reason for b in self.bus.failed)
+        by_reason: dict[str, list[str]] = {}
+        for b in self.bus.failed:
+            by_reason.setdefault(b.reason, []).append(b.pci_address)
+        return Availability.unavailable(
+            "NVIDIA GPU(s) on the PCI bus the driver does not expose, read as hw_gpu_up 0: "
+            + "; ".join(f"{why}: {', '.join(gpus)}" for why, gpus in by_reason.items())
+            + (f"; elsewhere: {went}" if went else ""),
+            (FIX_DRIVER if no_driver else f"{FIX_CHECK}; a card that stays unbound after "
+             "a reboot is faulty") + "; a host without the NVIDIA driver on purpose: "
+            "--no-collector.nvidia.pci")
+
+
+    def close(self) -> None:
+        self._driver_worker.stop()
+
+
+class NvmlStack:
+    """The NVML session (nvmlInit ... nvmlShutdown, started again when due) and the
+    discovery of its GPUs on one worker per GPU; `gpus` holds the GPUs it is given,
+    readable or not."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
         self._lock = threading.Lock()
         self.current: Session | None = None  # read without the lock: a snapshot
         self.unavailable: NvmlUnavailable | None = None  # why there is no session
@@ -118,11 +285,7 @@ class NvmlStack:
         # Kept across sessions: a worker stuck in a hung call stays busy (and its GPU
         # unidentified) instead of a second thread being started beside it.
         self._workers: dict[int, Worker] = {}
-        self._driver_worker = Worker("nvidia-driver")
-        self._driver_job: Job[DriverGpus | None] | None = None
-        self.driver: DriverGpus | None = None  # the last read of the driver's list
-        self.bus = BusGpus()  # the PCI bus's NVIDIA GPUs the driver does not expose
-        self._known: dict[str, GpuIdentity] = {}  # identities read, by PCI address
+        self.gpus = GivenGpus(settings)
         self._uncounted_known: frozenset[str] = frozenset()
         self.users = 0
 
@@ -146,7 +309,7 @@ class NvmlStack:
                     assert self.unavailable is not None
                     raise self.unavailable
                 session = self._start(deadline)
-            elif (self._unresolved(session) and now - self._last_check
+            elif (self.gpus.unresolved(session) and now - self._last_check
                     >= self._settings.retry_interval_seconds):
                 session = self._check(session, deadline)
             self._harvest(session)
@@ -158,14 +321,14 @@ class NvmlStack:
 
     def _start(self, deadline: float) -> Session:
         self._last_attempt = self._last_check = time.monotonic()
-        self._read_driver(deadline)
+        self.gpus.read_driver(deadline)
         try:
             pynvml.nvmlInit()
         except pynvml.NVMLError as exc:
             self.unavailable = init_failure(exc)
-            self._read_bus(nvml_up=False)
+            self.gpus.read_bus(nvml_up=False)
             raise self.unavailable from None
-        self._read_bus(nvml_up=True)
+        self.gpus.read_bus(nvml_up=True)
         try:
             count = int(pynvml.nvmlDeviceGetCount())
             version = text(pynvml.nvmlSystemGetDriverVersion)
@@ -183,7 +346,7 @@ class NvmlStack:
         self._generation += 1
         session = Session(self._generation, version, count, events,
                           pending=dict.fromkeys(range(count)))
-        if count == 0 and not (self.driver and self.driver.gpus) and not self.bus.failed:
+        if count == 0 and not self.gpus.driver_gpus() and not self.gpus.bus.failed:
             events.stop()
             _shutdown()
             self.unavailable = NvmlUnavailable(
@@ -193,7 +356,7 @@ class NvmlStack:
             raise self.unavailable
         self.current = session
         self.unavailable = None
-        self._uncounted_known = self._uncounted(session)
+        self._uncounted_known = self.gpus.uncounted(session)
         self._jobs.clear()
         self._submit(session)
         return session
@@ -224,20 +387,14 @@ class NvmlStack:
             self._last_attempt = time.monotonic()
             return True
 
-    # -- GPUs that cannot be read ------------------------------------------------------
-    def _unresolved(self, session: Session) -> bool:
-        if session.pending or self.bus.failed:
-            return True
-        identified = self._identified(session)
-        return any(g.pci_address not in identified for g in self._driver_gpus())
 
     def _check(self, session: Session, deadline: float) -> Session:
         """Every retry interval while a GPU is missing: NVML started again when it counts
         a different number of GPUs or the driver initialised one NVML did not count;
         discovery tried again for GPUs NVML counts but could not identify."""
         self._last_check = time.monotonic()
-        self._read_driver(deadline)
-        self._read_bus(nvml_up=True)
+        self.gpus.read_driver(deadline)
+        self.gpus.read_bus(nvml_up=True)
         try:
             count = int(pynvml.nvmlDeviceGetCount())
         except pynvml.NVMLError as exc:
@@ -248,7 +405,7 @@ class NvmlStack:
             return session
         # NVML counts GPUs when it starts: one the driver initialised since (its UUID now
         # shown) is seen only by starting NVML again.
-        uncounted = self._uncounted(session)
+        uncounted = self.gpus.uncounted(session)
         recovered = uncounted - self._uncounted_known
         self._uncounted_known = uncounted
         if count != session.count or recovered:
@@ -298,7 +455,7 @@ class NvmlStack:
         devices, session.shared_uuids = distinct(devices, session.events)
         for dev in devices.values():
             if dev.identity.pci_address is not None:
-                self._known[dev.identity.pci_address] = dev.identity
+                self.gpus.known[dev.identity.pci_address] = dev.identity
         # devices first, then pending: a reader that takes pending, then devices (`view`)
         # sees every GPU in one of them at least.
         session.devices = devices
@@ -315,60 +472,6 @@ class NvmlStack:
             if session is self.current:
                 self._harvest(session)
 
-    def missing(self, session: Session | None,
-                view: tuple[dict[int, IdentityUnreadable | None], dict[int, NvmlDevice]]
-                | None = None) -> list[Missing]:
-        """The GPUs this exporter is given that it cannot read: counted by NVML but not
-        identified, or listed by the driver only. gpu_index: the NVML index when NVML
-        counts the GPU, else after the GPUs NVML counts, in PCI order. `view`: the
-        session's (pending, devices) as the caller read its GPUs (`view()`), so that a GPU
-        identified since is reported in this scrape as what the caller saw."""
-        if session is not None and view is None:
-            view = self.view(session)
-        pending, devices = view if view is not None else ({}, {})
-        pending = {i: why for i, why in pending.items() if i not in devices}
-        identified = {d.identity.pci_address for d in devices.values()
-                      if d.identity.pci_address is not None}
-        seen = dict(session.seen_pci) if session is not None else {}
-        unmatched = [g for g in self._driver_gpus()
-                     if g.pci_address not in identified and g.pci_address not in seen.values()]
-        blind = sorted(i for i in pending if i not in seen)
-        # Without the driver's list (no /proc/driver/nvidia here), the PCI bus's GPUs
-        # bound to the NVIDIA driver are the candidates.
-        candidates = [g.pci_address for g in unmatched] if self.driver is not None else [
-            a for a in self.bus.bound if a not in identified and a not in seen.values()]
-        if blind and len(blind) == len(candidates):
-            # NVML numbers GPUs in PCI order: the unidentified ones are the unmatched.
-            seen.update(zip(blind, candidates, strict=True))
-            unmatched = []
-        driver = {g.pci_address: g for g in self._driver_gpus()}
-        out = []
-        for index, why in sorted(pending.items()):
-            pci = seen.get(index)
-            message = str(why) if why is not None else (
-                f"NVIDIA device {index} has not answered its identity (a call hangs)")
-            state: HealthState | None = "failed" if why is not None and why.lost else None
-            identity = (None if pci is None else
-                        self._identity(session, pci, (index,), driver.get(pci)))
-            out.append(Missing(f"gpu{index}", identity, state, message))
-        after = session.count if session is not None else 0
-        for g in unmatched:
-            out.append(Missing(
-                g.pci_address, self._identity(session, g.pci_address, (after, g.pci_address), g),
-                "failed" if session is not None else None,
-                f"NVIDIA GPU {g.pci_address} is listed by the driver but NVML does not count "
-                f"it: the driver could not initialise it ({FIX_CHECK})"))
-        if self._settings.get(PCI):
-            for b in self.bus.failed:
-                if b.pci_address in identified:
-                    continue
-                identity = self._identity(session, b.pci_address, (after, b.pci_address), None)
-                if not identity.name and b.name:
-                    identity = dataclasses.replace(identity, name=b.name)
-                out.append(Missing(b.pci_address, identity, "failed",
-                                   f"NVIDIA GPU {b.pci_address} is on the PCI bus but not "
-                                   f"exposed: {b.reason}"))
-        return out
 
     @staticmethod
     def view(session: Session) -> tuple[dict[int, IdentityUnreadable | None],
@@ -377,87 +480,6 @@ class NvmlStack:
         is harvested meanwhile is in devices (and is left out of pending by `missing`)."""
         pending = session.pending
         return pending, session.devices
-
-    def _identity(self, session: Session | None, pci: str, order_key: tuple[int | str, ...],
-                  g: DriverGpu | None) -> GpuIdentity:
-        """What is known of a GPU that cannot be read: its identity read earlier in this
-        process, else what the driver lists (a UUID only once the driver has one)."""
-        known = self._known.get(pci)
-        if known is not None:
-            return dataclasses.replace(known, order_key=order_key)
-        version = session.version if session is not None else None
-        return GpuIdentity(
-            hw_id=g.uuid if g else None, name=(g.name if g else None) or "", vendor="nvidia",
-            pci_address=pci, order_key=order_key,
-            driver_version=version or (self.driver.version if self.driver else None),
-            firmware_version=g.firmware_version if g else None)
-
-    @staticmethod
-    def _identified(session: Session | None) -> set[str]:
-        if session is None:
-            return set()
-        return {d.identity.pci_address for d in session.devices.values()
-                if d.identity.pci_address is not None}
-
-    def _uncounted(self, session: Session) -> frozenset[str]:
-        """GPUs the driver has initialised (it shows their UUID) while NVML counts fewer
-        GPUs than the driver lists and has not identified them."""
-        driver = self._driver_gpus()
-        if session.count >= len(driver):
-            return frozenset()
-        identified = self._identified(session)
-        return frozenset(g.pci_address for g in driver
-                         if g.uuid and g.pci_address not in identified)
-
-    def _driver_gpus(self) -> tuple[DriverGpu, ...]:
-        return self.driver.gpus if self.driver is not None else ()
-
-    def _read_driver(self, deadline: float) -> None:
-        """The driver's list, read on its own worker: a read that hangs keeps the last."""
-        if self._driver_job is None or self._driver_job.done.is_set():
-            with contextlib.suppress(Busy):
-                self._driver_job = self._driver_worker.submit(partial(
-                    read_driver_gpus, self._settings.procfs, self._devfs,
-                    self._settings.sysfs))
-        job = self._driver_job
-        if job is not None and job.wait(min(deadline - time.monotonic(), _DRIVER_READ_SECONDS)):
-            try:
-                self.driver = job.outcome()
-            except OSError as exc:
-                log.warning("reading the NVIDIA driver's GPU list: %s", exc)
-
-    def _read_bus(self, *, nvml_up: bool) -> None:
-        """The PCI bus's NVIDIA GPUs, against the driver's list (sysfs only: the driver is
-        not asked)."""
-        if not self._settings.get(PCI):
-            return
-        try:
-            self.bus = read_bus_gpus(self._settings.sysfs, self.driver, nvml_up=nvml_up)
-        except OSError as exc:
-            log.warning("reading the PCI bus for NVIDIA GPUs: %s", exc)
-
-    # -- features ----------------------------------------------------------------------
-    def bus_state(self) -> Availability:
-        """`nvidia.pci`: NVIDIA GPUs of the PCI bus the driver does not expose, and why."""
-        if not self._settings.get(PCI):
-            return Availability.disabled("turned off by --no-collector.nvidia.pci",
-                                         "--collector.nvidia.pci turns it on")
-        went = "; ".join(f"{b.pci_address} {b.reason}" for b in self.bus.elsewhere)
-        if not self.bus.failed:
-            return Availability.enabled(
-                "every NVIDIA GPU on the PCI bus is exposed by the driver"
-                + (f" or bound elsewhere: {went}" if went else ""))
-        no_driver = any("not loaded" in b.reason for b in self.bus.failed)
-        by_reason: dict[str, list[str]] = {}
-        for b in self.bus.failed:
-            by_reason.setdefault(b.reason, []).append(b.pci_address)
-        return Availability.unavailable(
-            "NVIDIA GPU(s) on the PCI bus the driver does not expose, read as hw_gpu_up 0: "
-            + "; ".join(f"{why}: {', '.join(gpus)}" for why, gpus in by_reason.items())
-            + (f"; elsewhere: {went}" if went else ""),
-            (FIX_DRIVER if no_driver else f"{FIX_CHECK}; a card that stays unbound after "
-             "a reboot is faulty") + "; a host without the NVIDIA driver on purpose: "
-            "--no-collector.nvidia.pci")
 
     def nvml_state(self) -> Availability:
         session = self.current
@@ -471,8 +493,9 @@ class NvmlStack:
             if self.current is not None:
                 self.current.events.stop(wait=XidListener.WAIT_MS / 1000.0 + 0.5)
             self._stop()
-        for worker in [*self._workers.values(), self._driver_worker]:
+        for worker in self._workers.values():
             worker.stop()
+        self.gpus.close()
         self._workers.clear()
 
 
