@@ -29,7 +29,7 @@ from gpu_exporter.readers.sysfs.pci import PciGpu, device_name
 from gpu_exporter.sources.hlml import session as hlml
 from gpu_exporter.sources.hlml import values
 from gpu_exporter.sources.library.calls import DeviceLost
-from gpu_exporter.sources.nvml.lanes import Lanes  # moves to sources/library (seam)
+from gpu_exporter.sources.library.lanes import Lanes
 
 HLML_LIBRARY = Option(
     "gaudi.hlml-library", str, hlml.DEFAULT_LIBRARY,

@@ -41,11 +41,11 @@ from gpu_exporter.readers.kubelet.podresources import (
 from gpu_exporter.readers.procfs import fdinfo
 from gpu_exporter.readers.procfs.procinfo import ProcessInfo, ProcessTable
 from gpu_exporter.readers.sysfs.pci import drm_card_addresses
+from gpu_exporter.sources.library.lanes import Lanes, Run
 from gpu_exporter.sources.nvml import processes as nvml_processes
 from gpu_exporter.sources.nvml import stack as nvml_stack
 from gpu_exporter.sources.nvml.calls import NvmlGone, NvmlUnavailable
 from gpu_exporter.sources.nvml.devices import NvmlDevice
-from gpu_exporter.sources.nvml.lanes import Lanes, Run
 from gpu_exporter.sources.nvml.stack import Session, StackBusy
 
 SOCKET_OPTION = Option(

@@ -1,6 +1,7 @@
 """One node with every collector that runs on fakes, its whole exposition pinned: the fake
 NVML (an H100 with processes, an A100 in MIG mode), AMD and Intel cards from real sysfs
-captures, a Gaudi 2 on the fake HLML (tests/fake_hlml) with its PCI function in sysfs, GPU processes in a fake /proc (NVML and DRM fdinfo clients) inside a pod that a
+captures, a Gaudi 2 on the fake HLML (tests/fake_hlml) with its PCI function in sysfs,
+GPU processes in a fake /proc (NVML and DRM fdinfo clients) inside a pod that a
 real gRPC PodResources server names, the host's CPU, memory and filesystems from that
 /proc, and the node's RAPL zones and ACPI power meter. Every series is checked against its
 label schema as it is produced (tests/conftest.py); this test pins what a scrape of such a

@@ -23,7 +23,7 @@ RECIPE = re.search(r"^\| a GPU vendor \| (.+) \|$",
 
 def test_the_registry_is_the_vendor_type_in_gpu_index_order() -> None:
     assert tuple(v.slug for v in vendors.VENDORS) == get_args(Vendor)
-    assert VENDOR_ORDER == {v.slug: i for i, v in enumerate(vendors.VENDORS)}
+    assert {v.slug: i for i, v in enumerate(vendors.VENDORS)} == VENDOR_ORDER
     assert all(v.slug == v.slug.lower() and v.slug.isalpha() for v in vendors.VENDORS)
 
 
