@@ -12,6 +12,9 @@ import subprocess
 import sys
 from importlib.metadata import version
 
+import pytest
+
+from gpu_exporter.sources.hlml import session
 from tests.helpers import REPO
 
 
@@ -51,3 +54,21 @@ def test_the_gaudi_node_reads_the_same_with_the_oldest_binding() -> None:
         env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
     assert " passed" in res.stdout and "skipped" not in res.stdout, res.stdout[-500:]
+
+
+def test_without_the_binding_the_fix_is_the_gaudi_extra(monkeypatch: pytest.MonkeyPatch
+                                                        ) -> None:
+    """The default install has no habana-pyhlml: the session says to add the extra, and
+    nothing of the package imports the binding before it is asked for."""
+    for name in [m for m in sys.modules if m == "pyhlml" or m.startswith("pyhlml.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "pyhlml", None)  # import pyhlml... -> ImportError
+    with pytest.raises(session.HlmlUnavailable) as got:
+        session.HlmlSession(session.DEFAULT_LIBRARY)
+    assert "habana-pyhlml is not installed" in got.value.reason
+    assert "gpu-exporter[gaudi]" in got.value.fix
+    probe = subprocess.run(
+        [sys.executable, "-c", "import sys, gpu_exporter.collectors, "
+         "gpu_exporter.sources.hlml.values; print('pyhlml' in sys.modules)"],
+        cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert probe.stdout.strip() == "False", probe.stderr
