@@ -95,6 +95,10 @@ class GaudiCollector(SysfsGpuCollector):
         except hlml.HlmlUnavailable as exc:
             self._hlml_state = Availability.unavailable(exc.reason, exc.fix)
             return
+        except Exception as exc:  # the binding's own error at start-up (HLMLError)
+            self._hlml_state = Availability.unavailable(f"HLML start failed: {exc}",
+                                                        hlml.FIX_CHECK)
+            return
         s = self._session
         self._hlml_state = Availability.enabled(
             f"HLML {s.hlml_version or '(version unknown)'} from {path}, driver "
