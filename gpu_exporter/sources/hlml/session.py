@@ -162,7 +162,7 @@ class HlmlSession:
         return got
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(Exception):  # the library may be gone already
             self.hlml.hlmlShutdown()
 
 
