@@ -71,6 +71,10 @@ def _node(tmp: Path) -> tuple[fake.Scenario, Path, Path]:
                   fdinfo={5: _fdinfo("amdgpu", AMD, 21, 256 * 1024)})
     write_process(proc, 5002, comm="ollama", start=13,
                   fdinfo={4: _fdinfo("xe", INTEL, 3, 64 * 1024)})
+    # the Gaudi's one user holds its accel node (docs/gaudi.md, "Per process")
+    write_process(proc, 6001, comm="pt-gaudi", cgroup=pod, start=14)
+    (proc / "6001" / "fd").mkdir()
+    (proc / "6001" / "fd" / "9").symlink_to("/dev/accel/accel0")
     (proc / "stat").write_text(
         "cpu  1000 20 300 8000 100 0 50 0 0 0\ncpu0 1000 20 300 8000 100 0 50 0 0 0\n"
         "intr 0\nctxt 0\nbtime 1700000000\nprocesses 10\nprocs_running 1\n"
