@@ -151,3 +151,18 @@ def test_the_binding_writes_nothing_to_stdout_on_a_bad_library(
                  state="unavailable") == 1
     res = run_cli(["doctor", *gaudi_flags(bad, sysfs, procfs)])
     assert f"{bad} cannot be loaded" in res.stdout, res.stdout
+
+
+def test_a_hung_hlml_init_delays_neither_start_nor_scrape(hlml_lib: Path, sysfs: FakeSysfs,
+                                                          procfs: Path, tmp_path: Path) -> None:
+    sc = two_gaudis(sysfs)
+    path = sc.write(tmp_path / "hlml")
+    path.write_text(path.read_text().replace("hlml_version", "init_hang_ms 30000\nhlml_version"))
+    started = time.monotonic()
+    text, s = dump([*gaudi_flags(hlml_lib, sysfs, procfs), "--scrape.timeout=2"], path)
+    took = time.monotonic() - started
+    assert took < 20, took  # not the 30 s hlml_init hangs
+    promtool_check_metrics(text)
+    assert value(s, "gpu_exporter_feature_status", feature="gaudi.hlml",
+                 state="unavailable") == 1
+    assert [x.value for x in find(s, "hw_gpu_up", hw_vendor="habana")] == [0.0, 0.0]
