@@ -12,7 +12,7 @@ SYSPY  := /usr/bin/python3
 ARGS   ?=
 PYTEST_ARGS ?=
 
-.PHONY: podresources-stubs run check test bench lint typecheck docs docs-check system-deps system-deps-run venv clean demo
+.PHONY: podresources-stubs run check test bench lint typecheck docs docs-check system-deps system-deps-run venv clean demo fleet-sim
 
 system-deps:
 	bash scripts/install-system-deps.sh scripts/apt-packages.txt
@@ -76,6 +76,13 @@ test: system-deps venv
 	$(BIN)/mypy
 	# Benchmarks are measured by `make bench`, not run (or skipped) here.
 	$(BIN)/pytest --ignore=tests/bench $(PYTEST_ARGS)
+
+# The fleet simulation (docs/performance.md, "Fleet"): sharded vmagents, VictoriaMetrics and
+# vmalert over 16 real exporters, then 64 and 128 replayed nodes; prints the cost table.
+# FLEETSIM_ARGS: e.g. --rules 'my-rules/*.yml' --rules 'alerts/*.yml', --sizes 4,16.
+FLEETSIM_ARGS ?=
+fleet-sim: system-deps venv
+	$(PY) -m tests.fleetsim $(FLEETSIM_ARGS)
 
 bench: system-deps venv
 	bash scripts/setup-test-host.sh

@@ -9,7 +9,6 @@ from gpu_exporter.model.labels import DeviceLabels, known
 from gpu_exporter.model.metric_types import Emitted
 from gpu_exporter.model.records import (
     NVLINK_STATES,
-    RECOVERY_ACTIONS,
     VGPU_LICENSE_STATES,
     GpmReading,
     GpuReading,
@@ -102,11 +101,11 @@ def emit(r: GpuReading, out: Emitted) -> None:
 
 
 def _repair(r: GpuReading, out: Emitted, dev: str) -> None:
-    """What the GPU needs: one recovery action (and licence state) at 1, the others 0."""
+    """What the GPU needs: the one recovery action the driver gives, at 1 (the others are
+    not written as 0: eight series per GPU that said nothing, cut for the series budget of
+    issue #31); the licence state, one at 1 and the others 0."""
     if r.recovery_action is not None:
-        for action in RECOVERY_ACTIONS:
-            c.HW_GPU_RECOVERY_ACTION.emit(out, 1 if action == r.recovery_action else 0,
-                                          {"action": action}, dev)
+        c.HW_GPU_RECOVERY_ACTION.emit(out, 1, {"action": r.recovery_action}, dev)
     for severity, rows in r.remapped_rows.items():
         c.HW_GPU_MEMORY_REMAPPED_ROWS.emit(out, rows, {"error_type": severity}, dev)
     c.HW_GPU_MEMORY_ROW_REMAP_PENDING.emit(out, _flag(r.row_remap_pending), {}, dev)

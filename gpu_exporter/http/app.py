@@ -24,7 +24,7 @@ from gpu_exporter.http.server import HttpServer, Limits, Request, Response, erro
 from gpu_exporter.http.webconfig import AuthBusy, BasicAuth, CertificateReloader, WebConfig
 from gpu_exporter.model import flagtypes
 from gpu_exporter.model.settings import ConfigError
-from gpu_exporter.scrape.render import TextRenderer
+from gpu_exporter.scrape.render import ESCAPINGS, TextRenderer
 
 log = logging.getLogger("gpu_exporter.web")
 
@@ -79,8 +79,8 @@ class App:
         # prometheus_client's own /metrics application: content negotiation (text,
         # OpenMetrics), gzip, and `name[]` filtering, exactly as the library serves them.
         self.metrics_app = make_wsgi_app(registry)
-        # The default answers (text 0.0.4, Prometheus' OpenMetrics; no `name[]`): the
-        # library's bytes, rendered faster.
+        # Every answer a scraper asks for by default (text, OpenMetrics 1.0.0, any
+        # escaping; no `name[]`): the library's bytes, rendered faster.
         self.text = TextRenderer()
         self.telemetry_path = telemetry_path
         self.auth = auth
@@ -161,16 +161,24 @@ class App:
 
 
     def _own_rendering(self, accept: str) -> tuple[_Render, str] | None:
-        """gpu_exporter/scrape/render.py's renderer and Content-Type where prometheus_client would
-        write text 0.0.4, or OpenMetrics 1.0.0 with the default escaping (what Prometheus
-        asks for); None for every other variant."""
+        """gpu_exporter/scrape/render.py's renderer, and prometheus_client's
+        Content-Type, for what prometheus_client would write: text (0.0.4, or 1.0.0 with
+        its escaping) or OpenMetrics 1.0.0 with its escaping. That is what every
+        scraper asks for by default (tests/core/test_render.py pins their Accept
+        headers); None for the rest (OpenMetrics 2.0.0)."""
         encoder, content_type = choose_encoder(accept)
         if encoder is generate_latest:
             return self.text.render, content_type
-        if (isinstance(encoder, partial) and encoder.func is openmetrics_latest
-                and encoder.keywords == {"escaping": "underscores", "version": "1.0.0"}
-                and "escaping=" not in accept.lower()):
-            return self.text.render_openmetrics, content_type
+        if not isinstance(encoder, partial):
+            return None
+        escaping = encoder.keywords.get("escaping")
+        if escaping not in ESCAPINGS:
+            return None
+        if encoder.func is generate_latest and encoder.keywords.keys() == {"escaping"}:
+            return partial(self.text.render, escaping=escaping), content_type
+        if (encoder.func is openmetrics_latest
+                and encoder.keywords == {"escaping": escaping, "version": "1.0.0"}):
+            return partial(self.text.render_openmetrics, escaping=escaping), content_type
         return None
 
 

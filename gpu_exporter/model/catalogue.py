@@ -211,8 +211,8 @@ class RecoveryActionLabels(TypedDict):
 
 HW_GPU_RECOVERY_ACTION = Gauge(
     "hw_gpu_recovery_action",
-    "The driver's verdict on what the GPU needs (the recovery action of Xid 154); exactly "
-    "one action is 1.", D, RecoveryActionLabels, fixed=True,
+    "The driver's verdict on what the GPU needs (the recovery action of Xid 154): one "
+    "series, the action, at 1.", D, RecoveryActionLabels, fixed=True,
     sources="NVML field value GET_GPU_RECOVERY_ACTION (drivers 570+, Hopper and newer); "
     "values 0-7 of nvml.h, any other value unknown",
 )

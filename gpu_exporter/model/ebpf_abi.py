@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import struct
+from bisect import bisect_left
 from dataclasses import dataclass, replace
 from typing import Final, Literal
 
@@ -337,12 +338,35 @@ GRAPH_ADD_NODE_V2_PARAMS_ARG: Final = 6
 USER_ADDR_MIN: Final = 65536
 
 
+# --- log2 histogram slots ----------------------------------------------------------------
+# Slot s holds the values in (2^(s-1), 2^s] (slot 0: 0 and 1), so a histogram's "le"
+# bounds are powers of two. These bounds are the one definition of a value's slot for
+# both sides: `slot_of` here (samples derived in Python, sources/ebpf/durations.py) and
+# program.c's SLOT_OF, a binary search over the same bounds written out by `_slot_search`
+# and passed with the constants (the BPF instruction set has no count-leading-zeros).
+SLOT_BOUNDS: Final = tuple(1 << s for s in range(64))  # slot 64: above 2^63
+
+
+def slot_of(v: int) -> int:
+    """The slot of `v` (0 <= v < 2^64): the smallest s with v <= 2^s."""
+    return bisect_left(SLOT_BOUNDS, v)
+
+
+def _slot_search(lo: int, hi: int) -> str:
+    """C for the slot of `v` known to be in lo..hi: the same bisection as `slot_of`."""
+    if lo == hi:
+        return f"{lo}"
+    mid = (lo + hi) // 2
+    return f"((v) <= {SLOT_BOUNDS[mid]}ULL ? {_slot_search(lo, mid)} : {_slot_search(mid + 1, hi)})"
+
+
 def defines() -> list[str]:
-    """Compiler flags giving program.c every integer constant of this module."""
+    """Compiler flags giving program.c every integer constant of this module, and
+    SLOT_OF(v)."""
     return [
         f"-D{name}={value}" for name, value in sorted(globals().items())
         if name.isupper() and isinstance(value, int) and not isinstance(value, bool)
-    ]
+    ] + [f"-DSLOT_OF(v)={_slot_search(0, len(SLOT_BOUNDS))}"]
 
 
 # --- the ring buffer event layout (map keys come back as bcc ctypes structs) --------------

@@ -1,14 +1,18 @@
 """The text expositions of a registry, byte for byte what prometheus_client writes
-(`generate_latest` for text 0.0.4, `openmetrics.exposition.generate_latest` for
-OpenMetrics 1.0.0), but reusing each series' line from the previous render: at one
-scrape a second most label sets do not change, and escaping and joining them was most
-of the rendering's time; the value is written again only when it changed (many do not:
-info and state series, limits, idle counters), which is most of what is left.
+(`generate_latest(registry, escaping)` for text 0.0.4 and 1.0.0,
+`openmetrics.exposition.generate_latest(registry, escaping)` for OpenMetrics 1.0.0), but
+reusing each series' line from the previous render: at one scrape a second most label
+sets do not change, and escaping and joining them was most of the rendering's time; the
+value is written again only when it changed (many do not: info and state series,
+limits, idle counters), which is most of what is left.
 
-Only the default negotiation comes here (text 0.0.4, or the OpenMetrics 1.0.0 that
-Prometheus asks for, with neither `escaping=` nor `name[]`); every other variant is
-prometheus_client's own (gpu_exporter/http/app.py). Equality with prometheus_client is
-tested on the goldens and on randomised families (tests/core/test_render.py).
+Every name escaping prometheus_client knows is served (`underscores`, Prometheus 2's and
+vmagent's; `allow-utf-8`, Prometheus 3's default; `dots`, `values`): a series' name and
+label text are made once, by the library's own escaping functions, when the series is
+first seen, and kept per format and escaping. What goes to prometheus_client instead is
+decided in gpu_exporter/http/app.py (`name[]`, OpenMetrics other than 1.0.0) and here
+(exemplars, native histograms). Equality with prometheus_client is tested on the goldens
+and on randomised families (tests/core/test_render.py).
 """
 
 from __future__ import annotations
@@ -18,15 +22,16 @@ from typing import Any, cast
 
 from prometheus_client.metrics_core import Metric
 from prometheus_client.openmetrics import exposition as om
-from prometheus_client.openmetrics.exposition import escape_label_name, escape_metric_name
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
+from prometheus_client.validation import _is_valid_legacy_metric_name
 
 from gpu_exporter.scrape.gcpause import PAUSE
 
 _go_float = cast(Callable[[float], str], floatToGoString)
 
-_U = "underscores"  # prometheus_client's default escaping for names
+UNDERSCORES, ALLOW_UTF8 = om.UNDERSCORES, om.ALLOWUTF8
+ESCAPINGS = frozenset({om.UNDERSCORES, om.ALLOWUTF8, om.DOTS, om.VALUES})
 _SUFFIXES = ("_created", "_gsum", "_gcount")  # moved to gauges of their own at the end
 _TYPES = {"counter": "counter", "info": "gauge", "stateset": "gauge",
           "gaugehistogram": "histogram", "unknown": "untyped"}
@@ -35,32 +40,47 @@ _NAME_SUFFIX = {"counter": "_total", "info": "_info"}
 _Key = tuple[str, ...]  # the name, the label names, the label values: one flat tuple
 # key, line prefix (`name{labels} `), the value last written, that line
 _Entry = tuple[_Key, str, object, str]
+_Make = Callable[[str, dict[str, str]], str]
 
 
 def _value(v: str) -> str:
     return v.replace("\\", r"\\").replace("\n", r"\n").replace('"', r'\"')
 
 
-def _prefix(name: str, labels: dict[str, str]) -> str:
-    """`name{k="v",...} `, as prometheus_client writes a sample line up to its value."""
-    if not labels:
-        return f"{name} "
-    text = ",".join(f'{escape_label_name(k, _U)}="{_value(v)}"' for k, v in sorted(labels.items()))
-    return f"{name}{{{text}}} "
+def _labels(labels: dict[str, str], escaping: str) -> str:
+    return ",".join(f'{om.escape_label_name(k, escaping)}="{_value(v)}"'
+                    for k, v in sorted(labels.items()))
 
 
-def _text_prefix(name: str, labels: dict[str, str]) -> str:
-    return _prefix(escape_metric_name(name, _U), labels)
+def _text_maker(escaping: str) -> _Make:
+    """`name{k="v",...} ` as prometheus_client's text `generate_latest` writes a sample
+    line up to its value: a name that is not a legacy one goes inside the braces, quoted,
+    when the escaping allows UTF-8."""
+    def make(name: str, labels: dict[str, str]) -> str:
+        text = _labels(labels, escaping)
+        escaped = om.escape_metric_name(name, escaping)
+        if escaping != ALLOW_UTF8 or _is_valid_legacy_metric_name(name):
+            return f"{escaped}{{{text}}} " if text else f"{escaped} "
+        return f"{{{escaped},{text}}} " if text else f"{{{escaped}}} "
+    return make
 
 
-def _openmetrics_prefix(name: str, labels: dict[str, str]) -> str:
-    # OpenMetrics escapes a sample's name as a label name (a ':' becomes '_').
-    return _prefix(escape_label_name(name, _U), labels)
+def _openmetrics_maker(escaping: str) -> _Make:
+    """The same for OpenMetrics, whose sample names are escaped as label names are (a
+    ':' becomes '_' under `underscores`; `values` prefixes every name with `U__`)."""
+    def make(name: str, labels: dict[str, str]) -> str:
+        text = _labels(labels, escaping)
+        if escaping != ALLOW_UTF8 or _is_valid_legacy_metric_name(name):
+            escaped = om._escape(name, escaping, om._is_legacy_labelname_rune)
+            return f"{escaped}{{{text}}} " if text else f"{escaped} "
+        quoted = om.escape_metric_name(name, escaping)
+        return f"{{{quoted},{text}}} " if text else f"{{{quoted}}} "
+    return make
 
 
-def _help(name: str, documentation: str, mtype: str) -> str:
+def _help(name: str, documentation: str, mtype: str, escaping: str) -> str:
     doc = documentation.replace("\\", r"\\").replace("\n", r"\n")
-    name = escape_metric_name(name, _U)
+    name = om.escape_metric_name(name, escaping)
     return f"# HELP {name} {doc}\n# TYPE {name} {mtype}\n"
 
 
@@ -102,65 +122,79 @@ class _Families(Collector):
         return iter(self.families)
 
 
-def _paused(render: Callable[[Collector], bytes], registry: Collector) -> bytes:
-    """`render(registry)` with cyclic collection held off until the families and this
-    render's keys are freed (`gcpause`): its thousands of small tuples would otherwise
-    set off young collections that walk the live families, several per render."""
+def _paused(render: Callable[[Collector, str], bytes], registry: Collector,
+            escaping: str) -> bytes:
+    """`render(registry, escaping)` with cyclic collection held off until the families
+    and this render's keys are freed (`gcpause`): its thousands of small tuples would
+    otherwise set off young collections that walk the live families, several per
+    render."""
     PAUSE.begin()
     try:
-        return render(registry)
+        return render(registry, escaping)
     finally:
         PAUSE.end()
 
 
 class TextRenderer:
-    """`render(registry)` equals prometheus_client's `generate_latest(registry)`;
-    `render_openmetrics(registry)` its OpenMetrics 1.0.0 `generate_latest(registry)`."""
+    """`render(registry, escaping)` equals prometheus_client's text
+    `generate_latest(registry, escaping)` (0.0.4 and 1.0.0 write the same bytes);
+    `render_openmetrics(registry, escaping)` its OpenMetrics 1.0.0 `generate_latest`.
+    The lines of the last render are kept per format and escaping (at most eight
+    tables: one per scraper kind that asks, each as large as one exposition)."""
 
     def __init__(self) -> None:
-        self._text: dict[_Key, _Entry] = {}
-        self._openmetrics: dict[_Key, _Entry] = {}
+        self._lines: dict[tuple[str, str], dict[_Key, _Entry]] = {}
+        self._makers: dict[tuple[str, str], _Make] = {}
 
-    def render(self, registry: Collector) -> bytes:
-        return _paused(self._render, registry)
+    def render(self, registry: Collector, escaping: str = UNDERSCORES) -> bytes:
+        return _paused(self._render, registry, _known(escaping))
 
-    def render_openmetrics(self, registry: Collector) -> bytes:
-        return _paused(self._render_openmetrics, registry)
+    def render_openmetrics(self, registry: Collector, escaping: str = UNDERSCORES) -> bytes:
+        return _paused(self._render_openmetrics, registry, _known(escaping))
 
-    def _render(self, registry: Collector) -> bytes:
-        lines = _Round(_text_prefix, self._text)
+    def _round(self, kind: str, escaping: str) -> _Round:
+        key = kind, escaping
+        make = self._makers.get(key)
+        if make is None:
+            make = self._makers[key] = (_text_maker if kind == "text"
+                                        else _openmetrics_maker)(escaping)
+        return _Round(make, self._lines.get(key, {}))
+
+    def _render(self, registry: Collector, escaping: str) -> bytes:
+        lines = self._round("text", escaping)
         out: list[str] = []
         for metric in registry.collect():
             mtype = metric.type
             out.append(_help(metric.name + _NAME_SUFFIX.get(mtype, ""), metric.documentation,
-                             _TYPES.get(mtype, mtype)))
+                             _TYPES.get(mtype, mtype), escaping))
             moved: dict[str, list[str]] = {}
             for s in metric.samples:
                 if s.timestamp is None:
                     line = lines.line(s.name, s.labels, s.value)
                 else:  # none of ours: written in full
                     stamp = int(float(s.timestamp) * 1000)
-                    line = f"{_text_prefix(s.name, s.labels)}{_go_float(s.value)} {stamp:d}\n"
+                    line = f"{lines.make(s.name, s.labels)}{_go_float(s.value)} {stamp:d}\n"
                 suffix = s.name[len(metric.name):] if s.name.startswith(metric.name) else ""
                 if suffix in _SUFFIXES:
                     moved.setdefault(suffix, []).append(line)
                 else:
                     out.append(line)
             for suffix, moved_lines in sorted(moved.items()):
-                out.append(_help(metric.name + suffix, metric.documentation, "gauge"))
+                out.append(_help(metric.name + suffix, metric.documentation, "gauge", escaping))
                 out.extend(moved_lines)
-        self._text = lines.current
+        self._lines["text", escaping] = lines.current
         return "".join(out).encode("utf-8")
 
-    def _render_openmetrics(self, registry: Collector) -> bytes:
+    def _render_openmetrics(self, registry: Collector, escaping: str) -> bytes:
         families = list(registry.collect())
         if any(s.exemplar or s.native_histogram for m in families for s in m.samples):
             # Not written by this exporter's collectors: the library renders those.
-            return cast(bytes, om.generate_latest(_Families(families)))  # type: ignore[no-untyped-call]
-        lines = _Round(_openmetrics_prefix, self._openmetrics)
+            return cast(bytes, om.generate_latest(  # type: ignore[no-untyped-call]
+                _Families(families), escaping=escaping))
+        lines = self._round("openmetrics", escaping)
         out: list[str] = []
         for metric in families:
-            name = escape_metric_name(metric.name, _U)
+            name = om.escape_metric_name(metric.name, escaping)
             out.append(f"# HELP {name} {_value(metric.documentation)}\n"
                        f"# TYPE {name} {metric.type}\n")
             if metric.unit:
@@ -171,7 +205,13 @@ class TextRenderer:
                 else:  # none of ours: written in full
                     value = "" if s.value is None else _go_float(s.value)
                     stamp = "" if s.timestamp is None else f" {s.timestamp}"
-                    out.append(f"{_openmetrics_prefix(s.name, s.labels)}{value}{stamp}\n")
-        self._openmetrics = lines.current
+                    out.append(f"{lines.make(s.name, s.labels)}{value}{stamp}\n")
+        self._lines["openmetrics", escaping] = lines.current
         out.append("# EOF\n")
         return "".join(out).encode("utf-8")
+
+
+def _known(escaping: str) -> str:
+    if escaping not in ESCAPINGS:
+        raise ValueError(f"unknown name escaping {escaping!r}")
+    return escaping

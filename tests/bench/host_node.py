@@ -30,10 +30,10 @@ from pathlib import Path
 from tests.bench import fleet, procstat
 from tests.fake_nvml import scenario as fake
 from tests.helpers import REPO, free_port, stop_process, wait_started
+from tests.scrapers import PROMETHEUS_2
 
 # What Prometheus 2 sends: OpenMetrics 1.0.0 first.
-PROMETHEUS_ACCEPT = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;"
-                     "version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
+PROMETHEUS_ACCEPT = PROMETHEUS_2.accept
 
 
 def _tasks(pid: int) -> dict[int, tuple[float, int]]:

@@ -14,6 +14,15 @@ of a commit: `git archive <commit> gpu_exporter | tar -x -C /tmp/base`.
     python -m tests.bench.paired burst GPUS PROCESSES SCRAPERS name=tree ...
         real processes: RSS after start, after SCRAPERS concurrent scrapers each side,
         and after 200 more scrapes one at a time.
+    python -m tests.bench.paired scrapers GPUS PROCESSES ROUNDS name=tree ...
+        real processes, each scraped over one keep-alive connection per scraper with
+        that scraper's default Accept header (tests/scrapers.py: vmagent, Prometheus 2,
+        Prometheus 3), every (tree, scraper) once a round in an order reversed every
+        round; CPU of the whole process per scrape, and its ratio to vmagent's in the
+        same tree (issue #34's target: at most 1.15x).
+    python -m tests.bench.paired idle GPUS PROCESSES SECONDS name=tree ...
+        real processes scraped 10 times, then left alone for SECONDS: CPU per second
+        of all their threads (schedstat), and of each thread by name, and wake-ups.
     python -m tests.bench.paired inprocess GPUS PROCESSES KERNEL_SERIES ROUNDS name=tree ...
         one process per tree running `fleet.in_process` (the nvidia, processes and eBPF
         collectors, the eBPF one fed KERNEL_SERIES recorded series) asked for one
@@ -42,9 +51,9 @@ from tests.bench import fleet
 from tests.bench.stats import percentile
 from tests.fake_nvml import scenario as fake
 from tests.helpers import eventually, free_port, stop_process
+from tests.scrapers import PROMETHEUS_2, PROMETHEUS_3, VMAGENT, Scraper
 
-ACCEPT = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;"
-          "version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
+ACCEPT = PROMETHEUS_2.accept
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -64,8 +73,8 @@ def rss_mib(pid: int) -> float:
     return float("nan")
 
 
-def scrape(conn: http.client.HTTPConnection) -> bytes:
-    conn.request("GET", "/metrics", headers={"Accept": ACCEPT})
+def scrape(conn: http.client.HTTPConnection, accept: str = ACCEPT) -> bytes:
+    conn.request("GET", "/metrics", headers={"Accept": accept})
     response = conn.getresponse()
     body = response.read()
     assert response.status == 200, response.status
@@ -131,6 +140,36 @@ def http_rounds(gpus: int, processes: int, rounds: int, trees: Sequence[tuple[st
     report(f"{gpus} GPUs, {processes} processes, CPU per scrape over HTTP,", results)
 
 
+def scrapers_rounds(gpus: int, processes: int, rounds: int, trees: Sequence[tuple[str, str]],
+                    scrapers: Sequence[Scraper] = (VMAGENT, PROMETHEUS_2, PROMETHEUS_3),
+                    ) -> dict[str, dict[str, list[float]]]:
+    """CPU ms per scrape by tree and scraper (the first scraper is the reference)."""
+    results: dict[str, dict[str, list[float]]] = {
+        name: {s.name: [] for s in scrapers} for name, _ in trees}
+    with servers(gpus, processes, trees) as running:
+        sides = []
+        for name, proc, first in running:
+            for s in scrapers:
+                conn = http.client.HTTPConnection("127.0.0.1", first.port, timeout=30)
+                for _ in range(10):  # warm-up: this negotiation's lines made
+                    scrape(conn, s.accept)
+                sides.append((name, proc, s, conn))
+        try:
+            for i in range(rounds):
+                for name, proc, s, conn in (sides if i % 2 == 0 else sides[::-1]):
+                    before = cpu_ns(proc.pid)
+                    scrape(conn, s.accept)
+                    results[name][s.name].append((cpu_ns(proc.pid) - before) / 1e6)
+                time.sleep(0.02)
+        finally:
+            for *_, conn in sides:
+                conn.close()
+    for name, by_scraper in results.items():
+        report(f"{gpus} GPUs, {processes} processes, CPU per scrape over HTTP, {name},",
+               by_scraper)
+    return results
+
+
 def one_hertz(gpus: int, processes: int, seconds: int, trees: Sequence[tuple[str, str]]) -> None:
     with servers(gpus, processes, trees) as running:
         time.sleep(1)
@@ -154,6 +193,45 @@ def one_hertz(gpus: int, processes: int, seconds: int, trees: Sequence[tuple[str
                   f"{percentile(got, 50):.2f} ms, p99 {percentile(got, 99):.2f} ms; RSS "
                   f"{first_rss[name]:.1f} MiB after the first second, "
                   f"{rss_mib(proc.pid):.1f} MiB at the end")
+
+
+def thread_cpu_ns(pid: int) -> dict[str, tuple[int, int]]:
+    """(CPU ns, voluntary context switches) of each of `pid`'s threads, by "tid name"
+    (Python threads all carry the interpreter's name)."""
+    out: dict[str, tuple[int, int]] = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError):
+            task = Path(f"/proc/{pid}/task/{tid}")
+            name = f"{tid} {(task / 'comm').read_text().strip()}"
+            ns = int((task / "schedstat").read_text().split()[0])
+            switches = next(int(line.split()[1]) for line in
+                            (task / "status").read_text().splitlines()
+                            if line.startswith("voluntary_ctxt_switches:"))
+            cpu, woke = out.get(name, (0, 0))
+            out[name] = cpu + ns, woke + switches
+    return out
+
+
+def idle(gpus: int, processes: int, seconds: int, trees: Sequence[tuple[str, str]]) -> None:
+    with servers(gpus, processes, trees) as running:
+        time.sleep(1)  # the last scrape's hand-offs done
+        before = {name: thread_cpu_ns(proc.pid) for name, proc, _ in running}
+        t0 = time.monotonic()
+        time.sleep(seconds)
+        wall = time.monotonic() - t0
+        for name, proc, _ in running:
+            after = thread_cpu_ns(proc.pid)
+            rows = {t: (cpu - before[name].get(t, (0, 0))[0],
+                        woke - before[name].get(t, (0, 0))[1])
+                    for t, (cpu, woke) in after.items()}
+            total = sum(cpu for cpu, _ in rows.values())
+            wakes = sum(woke for _, woke in rows.values())
+            busiest = sorted(rows.items(), key=lambda r: -r[1][0])[:4]
+            print(f"{gpus} GPUs, {processes} processes, idle {seconds} s, {name}: "
+                  f"{total / 1e6 / wall:.3f} ms CPU per second, {wakes / wall:.1f} wake-ups "
+                  "per second; by thread: " + ", ".join(
+                      f"{t} {cpu / 1e6 / wall:.3f} ms/s {woke / wall:.1f}/s"
+                      for t, (cpu, woke) in busiest))
 
 
 def burst(gpus: int, processes: int, scrapers: int, trees: Sequence[tuple[str, str]]) -> None:
@@ -238,10 +316,14 @@ def main(argv: Sequence[str]) -> None:
         one_hertz(numbers[0], numbers[1], numbers[2], trees)
     elif mode == "burst":
         burst(numbers[0], numbers[1], numbers[2], trees)
+    elif mode == "idle":
+        idle(numbers[0], numbers[1], numbers[2], trees)
+    elif mode == "scrapers":
+        scrapers_rounds(numbers[0], numbers[1], numbers[2], trees)
     elif mode == "inprocess":
         in_process(numbers[0], numbers[1], numbers[2], numbers[3], trees)
     else:
-        raise SystemExit(f"unknown mode {mode!r}: http, onehz, burst or inprocess")
+        raise SystemExit(f"unknown mode {mode!r}: http, onehz, burst, idle, scrapers or inprocess")
 
 
 if __name__ == "__main__":

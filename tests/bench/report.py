@@ -108,6 +108,26 @@ def _host_node(rows: Mapping[str, Any]) -> list[str]:
             "RSS ≤ 60 MB."]
 
 
+def _scrapers(rows: Mapping[str, Any]) -> list[str]:
+    trees = list(dict.fromkeys(r["tree"] for r in rows.values()))
+    scrapers = list(dict.fromkeys(r["scraper"] for r in rows.values()))
+    head = "| scraper (tests/scrapers.py) | " + " | ".join(
+        f"{t}: p50 / p99 | {t}: ratio to vmagent p50 / p99" for t in trees) + " |"
+    out = [head, "|---|" + "---|---|" * len(trees)]
+    for scraper in scrapers:
+        cells = []
+        for t in trees:
+            r = rows.get(f"{t}/{scraper}")
+            cells += (["", ""] if r is None else [
+                f"{r['p50_ms']:.2f} ms / {r['p99_ms']:.2f} ms",
+                f"{r['ratio_p50']:.2f}× / {r['ratio_p99']:.2f}×"])
+        out.append(f"| {scraper} | " + " | ".join(cells) + " |")
+    r = next(iter(rows.values()))
+    return [*out, "", f"CPU of the whole exporter process per scrape, {r['gpus']} GPUs with "
+            f"host metrics, {r['processes']} GPU process, {r['rounds']} rounds; every tree "
+            "and scraper in the same run, alternating; target ≤ 1.15× vmagent's."]
+
+
 def _footprint(r: Mapping[str, Any]) -> list[str]:
     curve = ", ".join(f"{n}: {rss / MIB:.1f}" for n, rss in r["rss_curve"])
     return [
@@ -264,6 +284,14 @@ def _summary(data: Mapping[str, Any]) -> list[str]:
                       f"{'gzip' if r.get('gzip') else 'plain'}"
                       for r in data["host_node"].values()),
             worst["thread_cpu_ms_per_second"] <= 3)
+    if "scrapers" in data:
+        rows = [r for r in data["scrapers"].values() if r["tree"] == "this checkout"
+                and r["scraper"] != "vmagent"]
+        if rows:
+            row("10", "Prometheus 2's and 3's negotiation vs vmagent's, CPU per scrape",
+                "≤ 1.15× (issue #34)", ", ".join(
+                    f"{r['scraper']} {r['ratio_p50']:.2f}×" for r in rows) + " (p50)",
+                max(r["ratio_p50"] for r in rows) <= 1.15)
     if "peer_drm" in data:
         p = next(iter(data["peer_drm"].values()))
         row("5", "AMD reader vs node_exporter drm", "(compared)",
@@ -328,7 +356,9 @@ def render(data: Mapping[str, Any], earlier: str = "") -> str:
     fresh = {_row_key(r) for r in summary[2:]}
     kept = [r for r in before.get("### Targets", []) if r.startswith("| ")
             and not r.startswith(("| # ", "|---")) and _row_key(r) not in fresh]
-    rows = sorted(summary[2:] + kept, key=lambda r: _row_key(r)[0])
+    # By number, then letter: 7b after 7, 10 after 9.
+    rows = sorted(summary[2:] + kept, key=lambda r: (
+        int("".join(c for c in _row_key(r)[0] if c.isdigit()) or 0), _row_key(r)[0]))
     parts: list[str] = [BEGIN, "", "### Targets", "", *summary[:2], *rows, ""]
     sections = [
         ("scrape_vs_floor", "### 1. Scrape cost against the floor",
@@ -368,6 +398,10 @@ def render(data: Mapping[str, Any], earlier: str = "") -> str:
          "1 GPU process, Prometheus 2's Accept header)",
          "`pytest tests/bench/test_host_node.py --benchmark-only`",
          _host_node),
+        ("scrapers", "### 10. Scrapers' default negotiations: CPU per scrape against "
+         "vmagent's (2 GPUs, host metrics, 1 GPU process)",
+         "`GPU_EXPORTER_BENCH_BEFORE=DIR pytest tests/bench/test_scrapers.py "
+         "--benchmark-only`", _scrapers),
     ]
     for key, title, command, table in sections:
         if not data.get(key) and before.get(title):

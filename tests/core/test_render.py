@@ -1,10 +1,10 @@
 """gpu_exporter/scrape/render.py writes what prometheus_client's `generate_latest` (text 0.0.4
-and OpenMetrics 1.0.0) writes, byte for byte: on every golden exposition, and on
-randomised families (label escaping, NaN/Inf, histograms, units, timestamps, the
-OpenMetrics-only samples), rendered twice so that the second render reuses the first
-one's label text. And the web App serves it only for
-the default negotiations (text 0.0.4, and the OpenMetrics 1.0.0 that Prometheus asks
-for)."""
+and 1.0.0, OpenMetrics 1.0.0; every name escaping) writes, byte for byte: on every golden
+exposition, and on randomised families (label escaping, NaN/Inf, histograms, units,
+timestamps, the OpenMetrics-only samples, names that are not legacy ones), rendered
+twice so that the second render reuses the first one's label text. And the web App
+answers every scraper's default Accept header (tests/scrapers.py: Prometheus 2.x, 3.x,
+vmagent) from it, with prometheus_client's Content-Type and bytes."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import gzip
 import math
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -28,14 +29,15 @@ from prometheus_client.core import (
     StateSetMetricFamily,
     UnknownMetricFamily,
 )
-from prometheus_client.exposition import generate_latest
+from prometheus_client.exposition import choose_encoder, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from gpu_exporter.http.app import App
 from gpu_exporter.http.server import Request
-from gpu_exporter.scrape.render import TextRenderer
+from gpu_exporter.scrape.render import ESCAPINGS, TextRenderer
+from tests.scrapers import PROMETHEUS_2, PROMETHEUS_3, SCRAPERS, VMAGENT
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"
 
@@ -56,14 +58,18 @@ def registry_of(families: list[Metric], describe: bool = False) -> CollectorRegi
     return registry
 
 
-def assert_same(registry: CollectorRegistry, renderer: TextRenderer | None = None) -> None:
+def assert_same(registry: CollectorRegistry, renderer: TextRenderer | None = None,
+                escapings: tuple[str, ...] = ("underscores", "allow-utf-8")) -> None:
+    """Both formats under each escaping (by default those scrapers ask for: Prometheus
+    2 and vmagent `underscores`, Prometheus 3 `allow-utf-8`), twice each."""
     renderer = renderer or TextRenderer()
-    expected = generate_latest(registry)
-    assert renderer.render(registry) == expected  # fresh
-    assert renderer.render(registry) == expected  # from the previous render's label text
-    expected = openmetrics_latest(registry)  # type: ignore[no-untyped-call]
-    assert renderer.render_openmetrics(registry) == expected
-    assert renderer.render_openmetrics(registry) == expected
+    for escaping in escapings:
+        expected = generate_latest(registry, escaping)
+        assert renderer.render(registry, escaping) == expected  # fresh
+        assert renderer.render(registry, escaping) == expected  # from the previous lines
+        expected = openmetrics_latest(registry, escaping)  # type: ignore[no-untyped-call]
+        assert renderer.render_openmetrics(registry, escaping) == expected
+        assert renderer.render_openmetrics(registry, escaping) == expected
 
 
 def test_every_golden_renders_as_prometheus_client_does() -> None:
@@ -86,13 +92,20 @@ _stamp = st.one_of(st.none(), st.floats(0, 2e9, allow_nan=False))
 _labels = st.dictionaries(_label_name, _text, max_size=4)
 
 
+# Names Prometheus 3 allows (any UTF-8; label names not starting "__"), with legacy ones.
+_utf8_name = st.one_of(_name, st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]),
+                                      min_size=1, max_size=8))
+_utf8_label_name = st.one_of(_label_name, _utf8_name.filter(lambda k: not k.startswith("__")))
+
+
 @st.composite
-def families(draw: st.DrawFn) -> list[Metric]:
+def families(draw: st.DrawFn, names: st.SearchStrategy[str] = _name,
+             label_names: st.SearchStrategy[str] = _label_name) -> list[Metric]:
     out: list[Metric] = []
     for i in range(draw(st.integers(0, 6))):
-        name = f"{draw(_name)}_{i}"
+        name = f"{draw(names)}_{i}"
         doc = draw(_text)
-        keys = sorted(draw(st.sets(_label_name.filter(lambda k: k != "le"), max_size=3)))
+        keys = sorted(draw(st.sets(label_names.filter(lambda k: k != "le"), max_size=3)))
         kind = draw(st.sampled_from(["gauge", "counter", "untyped", "histogram",
                                      "gaugehistogram", "info", "stateset"]))
         rows = draw(st.lists(st.tuples(st.lists(_text, min_size=len(keys), max_size=len(keys)),
@@ -148,6 +161,17 @@ def test_random_families_render_as_prometheus_client_does(
     assert_same(registry_of(second + first[:2]), renderer)
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(families(_utf8_name, _utf8_label_name), families(_utf8_name, _utf8_label_name))
+def test_names_of_any_utf8_render_as_prometheus_client_does_in_every_escaping(
+        first: list[Metric], second: list[Metric]) -> None:
+    """Our names are legacy ones, but the renderer is the library's for any name: a name
+    Prometheus 3 allows is quoted (`allow-utf-8`) or escaped (the others) alike."""
+    renderer = TextRenderer()
+    assert_same(registry_of(first), renderer, tuple(sorted(ESCAPINGS)))
+    assert_same(registry_of(second + first[:2]), renderer, tuple(sorted(ESCAPINGS)))
+
+
 def _revalued(families: list[Metric], values: list[object]) -> list[Metric]:
     """The same series with other values (as the next scrape has them)."""
     out = []
@@ -198,54 +222,77 @@ def _get(app: App, target: str, headers: dict[str, str], method: str = "GET") ->
     return response.status, dict(response.headers), response.body
 
 
-def test_the_app_renders_the_default_variant_only() -> None:
+def _library_refused(environ: object, start_response: object) -> list[bytes]:
+    raise AssertionError("answered by prometheus_client's application")
+
+
+def test_every_scraper_is_answered_by_our_renderer_with_the_library_bytes() -> None:
+    """Each golden, scraped with the Accept header of each scraper (tests/scrapers.py):
+    prometheus_client's own application is never asked, and the answer is what the
+    library writes for that header, Content-Type included, gzip or not."""
+    goldens = sorted(GOLDEN.rglob("*.prom"))
+    assert len(goldens) >= 5
+    # The three the benchmarks compare, by what they are answered.
+    assert VMAGENT.content_type.startswith("text/plain; version=0.0.4")
+    assert PROMETHEUS_2.content_type.endswith("escaping=underscores")
+    assert PROMETHEUS_3.content_type.endswith("escaping=allow-utf-8")
+    for path in goldens:
+        text = path.read_text().replace(" VOLATILE\n", " 0\n")
+        app = App(registry_of(list(text_string_to_metric_families(text)), describe=True))
+        app.metrics_app = _library_refused
+        for scraper in SCRAPERS:
+            encoder, content_type = choose_encoder(scraper.accept)
+            assert content_type == scraper.content_type, scraper.name
+            expected = encoder(app.registry)
+            for _ in range(2):  # the second from the first's lines
+                status, headers, body = _get(app, "/metrics", {"accept": scraper.accept})
+                assert (status, headers["Content-Type"], body) == (
+                    200, scraper.content_type, expected), (path.name, scraper.name)
+            status, headers, body = _get(app, "/metrics", {"accept": scraper.accept,
+                                                           "accept-encoding": "gzip"})
+            assert headers["Content-Encoding"] == "gzip" and gzip.decompress(body) == expected
+
+
+def test_the_app_leaves_only_name_filters_and_other_versions_to_the_library() -> None:
     fam = GaugeMetricFamily("g", "a gauge", labels=["k"])
     fam.add_metric(['a "quoted"\nvalue\\'], math.nan)
     registry = registry_of([fam], describe=True)
     app = App(registry)
-    rendered: list[int] = []
-    original = app.text.render
+    library: list[int] = []
+    original = app.metrics_app
 
-    def counting(reg: Collector) -> bytes:
-        rendered.append(1)
-        return original(reg)
+    def counting(environ: Any, start_response: Any) -> Any:
+        library.append(1)
+        return original(environ, start_response)
 
-    app.text.render = counting  # type: ignore[method-assign,assignment]
-    rendered_om: list[int] = []
-    original_om = app.text.render_openmetrics
-
-    def counting_om(reg: Collector) -> bytes:
-        rendered_om.append(1)
-        return original_om(reg)
-
-    app.text.render_openmetrics = counting_om  # type: ignore[method-assign,assignment]
+    app.metrics_app = counting
     text = generate_latest(registry)
     status, headers, body = _get(app, "/metrics", {})
     assert (status, body, headers["Content-Type"]) == (
         200, text, "text/plain; version=0.0.4; charset=utf-8")
     status, headers, body = _get(app, "/metrics", {"accept-encoding": "gzip"})
     assert gzip.decompress(body) == text and headers["Content-Encoding"] == "gzip"
-    assert len(rendered) == 2
     head = asyncio.run(app(Request("HEAD", "/metrics", "1.1", {}, "127.0.0.1")))
-    assert head.head_only and head.body == text and len(rendered) == 3
-    # What Prometheus 2 asks for: OpenMetrics 1.0.0 first.
-    om_text = openmetrics_latest(registry)  # type: ignore[no-untyped-call]
-    prometheus = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;"
-                  "version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
-    status, headers, body = _get(app, "/metrics", {"accept": prometheus})
-    assert (body, headers["Content-Type"]) == (om_text, "application/openmetrics-text; "
-                                               "version=1.0.0; charset=utf-8; escaping=underscores")
-    assert len(rendered) == 3 and len(rendered_om) == 1
-    # escaping=, another version, text 1.0.0 and name[] stay prometheus_client's.
+    assert head.head_only and head.body == text
+    # Every escaping, both formats, written with spaces as a person would: ours.
     for accept in ("application/openmetrics-text; version=1.0.0; escaping=allow-utf-8",
                    "application/openmetrics-text; version=1.0.0; escaping=underscores",
-                   "text/plain; version=1.0.0"):
+                   "application/openmetrics-text; version=1.0.0; escaping=dots",
+                   "application/openmetrics-text; version=1.0.0; escaping=values",
+                   "application/openmetrics-text",
+                   "text/plain; version=1.0.0", "text/plain; version=1.0.0; escaping=values"):
+        encoder, content_type = choose_encoder(accept)
         status, headers, body = _get(app, "/metrics", {"accept": accept})
-        assert status == 200 and body in (om_text, text), accept
+        assert (status, headers["Content-Type"], body) == (
+            200, content_type, encoder(registry)), accept
+    assert not library
+    # `name[]` filters and OpenMetrics 2.0.0: the library's own application.
     status, headers, body = _get(app, "/metrics?name[]=g", {})
-    assert body == text
-    assert len(rendered) == 3 and len(rendered_om) == 1
-    # An OpenMetrics version prometheus_client does not write: it answers text 0.0.4.
+    assert body == text and len(library) == 1
+    accept = "application/openmetrics-text; version=2.0.0"
+    status, headers, body = _get(app, "/metrics", {"accept": accept})
+    assert headers["Content-Type"] == choose_encoder(accept)[1] and len(library) == 2
+    # An OpenMetrics version prometheus_client does not write: ours, text 0.0.4.
     status, headers, body = _get(app, "/metrics",
                                  {"accept": "application/openmetrics-text; version=0.0.1"})
-    assert body == text and len(rendered) == 4
+    assert body == text and len(library) == 2

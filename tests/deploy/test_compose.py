@@ -19,7 +19,7 @@ from tests.helpers import REPO, require_tool, run_cli
 
 COMPOSE = REPO / "deploy" / "compose"
 STACKS = ["compose.yaml", "compose.prometheus.yaml"]
-OVERRIDES = ["compose.ebpf.yaml"]
+OVERRIDES = ["compose.ebpf.yaml", "compose.ha.yaml"]
 
 
 def load(name: str) -> dict[str, Any]:

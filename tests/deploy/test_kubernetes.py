@@ -22,7 +22,8 @@ from tests.helpers import REPO, require_tool, run_cli
 
 K8S = REPO / "deploy" / "kubernetes"
 KUSTOMIZATIONS = ["base", "prometheus-operator", "victoriametrics-operator", "overlays/ebpf",
-                  "overlays/tls", "overlays/process-fdinfo"]
+                  "overlays/tls", "overlays/process-fdinfo", "scrapers/vmagent-sharded",
+                  "scrapers/vmagent-ha"]
 # The oldest Kubernetes release still maintained when this was written, and the newest
 # the schemas know.
 K8S_VERSIONS = ["1.31.0", kubernetes_validate.latest_version()]

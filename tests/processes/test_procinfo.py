@@ -181,6 +181,22 @@ def test_cache_is_keyed_by_start_time_and_pruned(tmp_path: Path) -> None:
     assert len(table) == 0  # not looked up since: forgotten
 
 
+def test_cache_is_bounded_and_counts_hits_and_misses(tmp_path: Path) -> None:
+    """Beyond `max_entries` processes a lookup still answers, read afresh, and the cache
+    does not grow; hits and misses count the lookups that found a process."""
+    table = ProcessTable(str(tmp_path), max_entries=2)
+    for pid in (11, 12, 13):
+        write_process(tmp_path, pid, comm=f"p{pid}", start=pid)
+    for _ in range(3):  # three scrapes
+        found = table.lookup_many([11, 12, 13, 99])
+        assert {pid: i.executable_name for pid, i in found.items()} == {
+            11: "p11", 12: "p12", 13: "p13"}
+        assert len(table) == 2
+        table.prune()
+    # Two cached on the first scrape, hit on the next two; the third read each time.
+    assert (table.hits, table.misses) == (4, 5)
+
+
 def test_real_proc_self() -> None:
     info = ProcessTable("/proc").lookup(os.getpid())
     assert info is not None

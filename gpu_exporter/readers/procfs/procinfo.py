@@ -147,16 +147,30 @@ def _read(path: str) -> str | None:
     return None if raw is None else raw.decode("utf-8", "replace")
 
 
+# Processes whose facts are kept (about 0.5 KiB each with a container and a pod, measured
+# in docs/performance.md, issue #34: 4 MiB at most): far more GPU processes than a node
+# runs; beyond it a process is read afresh on every lookup instead of growing the cache.
+MAX_CACHED_PROCESSES = 8192
+
+
 class ProcessTable:
-    """Looks processes up by pid, caching by (pid, start time).
+    """Looks processes up by pid, caching by (pid, start time): what cannot change for a
+    process's life (its executable name, cgroup: container, pod, job) is read once, and
+    each later lookup reads only its start time.
 
     A pid that is reused by a new process between two scrapes has a new start time, so it
-    is read afresh; entries of processes not looked up in the last `prune()` round go."""
+    is read afresh; entries of processes not looked up in the last `prune()` round go, and
+    at most `max_entries` are kept. `hits` and `misses` count the lookups that found a
+    live process, by whether its facts were cached."""
 
-    def __init__(self, procfs: str = "/proc") -> None:
+    def __init__(self, procfs: str = "/proc",
+                 max_entries: int = MAX_CACHED_PROCESSES) -> None:
         # Paths as strings: read for every GPU process on every scrape, where pathlib's
         # joins cost more than the reads (benchmark 1b).
         self._procfs = procfs.rstrip("/") or "/"
+        self.max_entries = max_entries
+        self.hits = 0
+        self.misses = 0
         self._cache: dict[tuple[int, int], ProcessInfo] = {}
         self._used: set[tuple[int, int]] = set()
         self._lock = threading.Lock()
@@ -180,6 +194,7 @@ class ProcessTable:
         with self._lock:
             cached = self._cache.get(key)
             if cached is not None:
+                self.hits += 1
                 self._used.add(key)
                 return cached
         base = f"{self._procfs}/{pid}"
@@ -193,8 +208,10 @@ class ProcessTable:
         info = ProcessInfo(pid, start, name or None, ident.container_id, ident.runtime,
                            ident.pod_uid, ident.slurm_job_id)
         with self._lock:
-            self._cache[key] = info
-            self._used.add(key)
+            self.misses += 1
+            if key in self._cache or len(self._cache) < self.max_entries:
+                self._cache[key] = info
+                self._used.add(key)
         return info
 
     def lookup_many(self, pids: Iterable[int]) -> dict[int, ProcessInfo]:

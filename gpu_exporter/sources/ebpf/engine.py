@@ -55,7 +55,7 @@ class Engine:
         self.counters = Counters(self.resolver, self.graphs, pid_label)
         self.maps = MapReader(self.program, procfs, self.counters, self.graphs, self.resolver,
                               self.events.polls, lambda: self.attached_libraries)
-        self.maps.durations_dropped = lambda: self.events.durations.dropped
+        self.maps.durations = self.events.durations
 
     @property
     def mechanism(self) -> str:

@@ -100,11 +100,11 @@ class EventLoop:
             etype, tgid, _, _, lost, _, _ = abi.GRAPH_EVENT.unpack_from(raw)
             self.scans.sight(tgid)
             if etype == abi.EV_DURATIONS:
-                self.durations.on_event(self._bpf, raw)
+                self.durations.on_event(raw)
             elif etype == abi.EV_WAIT:
-                self.durations.on_wait(self._bpf, raw)
+                self.durations.on_wait(raw)
             elif etype == abi.EV_ELAPSED:
-                self.durations.on_elapsed(self._bpf, raw)
+                self.durations.on_elapsed(raw)
             elif etype in abi.GRAPH_EVENTS:
                 if lost != self._graph_drops_seen & 0xFFFFFFFF:
                     self._graph_events_lost_before(lost)

@@ -19,6 +19,7 @@ from typing import Any
 from gpu_exporter.model import ebpf_abi as abi
 from gpu_exporter.sources.ebpf import completion
 from gpu_exporter.sources.ebpf.counters import STATS, Counters, Pending, launch_tag, serial
+from gpu_exporter.sources.ebpf.durations import Durations, Key
 from gpu_exporter.sources.ebpf.events import Polls
 from gpu_exporter.sources.ebpf.graphs import Graphs
 from gpu_exporter.sources.ebpf.loader import Program, scalar
@@ -120,8 +121,8 @@ class MapReader:
         self.attached = attached
         self.hold = HoldBack(counters, graphs, polls)
         self._retired = _Totals()
-        # kernel duration samples counted in user space (durations.py) not kept
-        self.durations_dropped: Callable[[], int] = lambda: 0
+        # the samples counted in user space (durations.py), read with `stats`
+        self.durations = Durations()
         self._read_lock = threading.Lock()
 
     @property
@@ -148,7 +149,10 @@ class MapReader:
 
         # Retired before the counters are read: what they read of those is final.
         retired = self.graphs.retired()
-        stats, shapes = self._entries("stats"), self._shape_entries()
+        # `stats` and the counters derived in Python alike (their keys never meet: the
+        # program does not count those families).
+        stats: list[tuple[Any, Any]] = [*self._entries("stats"), *self.durations.entries()]
+        shapes = self._shape_entries()
         held = self.hold.judge(stats, shapes, alive)
 
         def counted(tgid: int) -> bool:
@@ -250,12 +254,22 @@ class MapReader:
         stats = self._bpf["stats"]
         moved = []
         for k in keys:
+            ours = isinstance(k, Key)  # a counter of durations.py's table
+            counter = (STATS, int(k.tgid), int(k.fam), int(k.sub), int(k.id),
+                       int(k.dev), int(k.slot))
             try:
-                n = scalar(stats[k])  # final: nothing adds to it any more
-                counter = (STATS, int(k.tgid), int(k.fam), int(k.sub), int(k.id),
-                           int(k.dev), int(k.slot))
-                rows = self.counters.counter_rows(*counter, n)
-                del stats[k]
+                # final: nothing adds to it any more (but a late sample of ours)
+                n = self.durations.take(k) if ours else scalar(stats[k])
+                if n is None:
+                    continue
+                try:
+                    rows = self.counters.counter_rows(*counter, n)
+                except Pending:
+                    if ours:
+                        self.durations.put_back(k, n)
+                    raise
+                if not ours:
+                    del stats[k]
                 self.counters.folded(counter)
             except (KeyError, Pending):
                 continue
@@ -326,7 +340,7 @@ class MapReader:
             dropped[name] = scalar(table[table.Key(reason)])
         dropped[abi.DROP_GRAPH_NODES] = self.graphs.dropped
         dropped[abi.DROP_NAME_TOO_LONG] = self.resolver.cap.too_long
-        dropped[abi.DROP_NAMES[abi.DROP_STATS_FULL]] += self.durations_dropped()
+        dropped[abi.DROP_NAMES[abi.DROP_STATS_FULL]] += self.durations.dropped
         return dropped
 
 

@@ -301,18 +301,10 @@ static __always_inline void add(u32 tgid, u16 fam, u16 sub, u64 id, u32 slot, u3
 }
 
 // Smallest s with v <= 2^s: bucket s holds (2^(s-1), 2^s], so "le" bounds are powers of 2.
+// SLOT_OF is written out from gpu_exporter/model/ebpf_abi.py's SLOT_BOUNDS, which Python's
+// slot_of searches too: one definition for both sides.
 static __always_inline u32 slot_of(u64 v) {
-    if (v <= 1)
-        return 0;
-    v -= 1;
-    u32 r = 0;
-    if (v >> 32) { v >>= 32; r += 32; }
-    if (v >> 16) { v >>= 16; r += 16; }
-    if (v >> 8) { v >>= 8; r += 8; }
-    if (v >> 4) { v >>= 4; r += 4; }
-    if (v >> 2) { v >>= 2; r += 2; }
-    if (v >> 1) { r += 1; }
-    return r + 1;
+    return SLOT_OF(v);
 }
 
 static __always_inline void hist(u32 tgid, u16 fam, u16 sub, u64 id, u32 dev, u64 v) {
