@@ -12,7 +12,7 @@ SYSPY  := /usr/bin/python3
 ARGS   ?=
 PYTEST_ARGS ?=
 
-.PHONY: podresources-stubs run check test bench lint typecheck docs docs-check system-deps system-deps-run venv clean demo fleet-sim
+.PHONY: podresources-stubs run check test bench lint typecheck docs docs-check system-deps system-deps-run system-deps-demo venv clean demo image fleet-sim
 
 system-deps:
 	bash scripts/install-system-deps.sh scripts/apt-packages.txt
@@ -21,6 +21,9 @@ system-deps:
 # `make run ARGS=dump > f` is the exposition alone.
 system-deps-run:
 	@bash scripts/install-system-deps.sh scripts/apt-packages-run.txt >&2
+
+system-deps-demo:
+	@bash scripts/install-system-deps.sh scripts/apt-packages-demo.txt >&2
 
 # What the exporter needs to run, and no more (`make run`).
 $(VENV)/.installed-run: pyproject.toml
@@ -95,8 +98,17 @@ bench: system-deps venv
 # Simulated GPU node + VictoriaMetrics + vmalert (alerts/) + Alertmanager; Ctrl-C stops all.
 # Ctrl-C is how the demo is meant to end: scripts/foreground.py hands it the terminal, so
 # that the signal stops the demo alone and make ends with the demo's exit 0.
-demo: system-deps venv
+# Only the packages the demo uses (scripts/apt-packages-demo.txt) and the exporter's own
+# Python packages: the simulated node needs nothing of the test toolchain.
+demo: system-deps-demo $(VENV)/.installed-run
 	@$(SYSPY) scripts/foreground.py bash scripts/demo.sh
+
+# The container image, tagged with the package version (IMAGE=registry/name to name it
+# for your registry); a release tag publishes it multi-arch (.github/workflows/release.yml).
+IMAGE   ?= gpu-exporter
+VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"$$/\1/p' gpu_exporter/__init__.py)
+image:
+	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE):$(VERSION) .
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

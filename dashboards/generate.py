@@ -358,7 +358,51 @@ def fleet() -> Board:
                       "{{host_name}} GPU {{gpu_index}} XID {{xid}}")))
     b.add(timeseries("GPU answering", "none",
                      (f"hw_gpu_up{{{SEL}}}", "{{host_name}} GPU {{gpu_index}}")))
+    _job_health(b)
     return b
+
+
+# A job's labels in the straggler pack (alerts/gpu-straggler.rules.yml): a Slurm job, or a
+# pod owner from kube-state-metrics.
+_BY_JOB = "slurm_job_id, k8s_namespace_name, owner_kind, owner_name"
+_JOB_LEGEND = "{{slurm_job_id}}{{k8s_namespace_name}} {{owner_kind}} {{owner_name}}"
+
+
+def _job_health(b: Board) -> None:
+    """Each job's GPUs against each other (the straggler pack's standings): the one GPU that
+    holds a synchronous job back."""
+    b.row("Job health: the slowest GPU of each job")
+    b.add(table("Slowest GPU of each job", "percentunit",
+                (f"bottomk by ({_BY_JOB}) "
+                 f"(1, gpu_job:hw_gpu_sm_clock:ratio_to_job_median{{{SEL}}})", ""),
+                description="The GPU with the lowest SM clock against its job's median (busy "
+                "GPUs only); under 90% for a minute fires GpuStraggler."), 12, 8)
+    b.add(timeseries("SM clock of each job's slowest GPU", "percentunit",
+                     (f"min by ({_BY_JOB}) "
+                      f"(gpu_job:hw_gpu_sm_clock:ratio_to_job_median{{{SEL}}})", _JOB_LEGEND),
+                     description="Its share of the job's median clock; the stated jitter "
+                     "is ±3%.").min(0.5).max(1.1), 12, 8)
+    b.add(timeseries("Utilization of each job's least busy GPU", "percentunit",
+                     (f"min by ({_BY_JOB}) "
+                      f"(gpu_job:hw_gpu_utilization:diff_from_job_median{{{SEL}}})",
+                      _JOB_LEGEND),
+                     description="Its utilization minus the job's median, while the job "
+                     "works; under -40 points: a rank waiting on its host."), 8, 8)
+    b.add(timeseries("Clock events of each job's most held GPU", "percentunit",
+                     (f"max by ({_BY_JOB}) "
+                      f"(gpu_job:hw_gpu_clock_event_time:diff_from_job_median{{{SEL}}})",
+                      _JOB_LEGEND),
+                     description="Share of the last 5 minutes under a clock-event reason "
+                     "other than idle, minus the job's median GPU's."), 8, 8)
+    b.add(timeseries("PCIe and NVLink errors of each job's worst GPU", "short",
+                     (f"max by ({_BY_JOB}) "
+                      f"(gpu_job:hw_errors_pcie:excess_per_minute{{{SEL}}})",
+                      f"PCIe {_JOB_LEGEND}"),
+                     (f"max by ({_BY_JOB}) "
+                      f"(gpu_job:hw_errors_nvlink:excess_per_minute{{{SEL}}})",
+                      f"NVLink {_JOB_LEGEND}"),
+                     description="Errors per minute beyond the job's median GPU (5 minutes)."),
+          8, 8)
 
 
 def _efficiency(b: Board) -> None:

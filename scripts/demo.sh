@@ -118,7 +118,8 @@ cat <<TXT
   Alertmanager         http://127.0.0.1:$am_port/
   Grafana              import dashboards/*.json, data source: Prometheus type, URL http://127.0.0.1:$vm_port
 
-  Recording rules run every minute: cost and energy series appear after 1-2 minutes.
+  Recording rules run every minute, each cost rule on the one before: energy series
+  appear after about 1.5 minutes, cost series after 2.5 to 4 minutes.
   Logs and data: $work (removed on exit).  Ctrl-C stops everything.
 TXT
 echo "DEMO READY" >&2

@@ -8,17 +8,29 @@ unit, with its labels; and the field-by-field table of docs/migrating-from-dcgm-
     python3 scripts/gen-dcgm-compat.py --hostname-label Hostname --out FILE
         # a pack for dcgm-exporter releases up to 4.5.3-4.8.2, which wrote `Hostname`
     python3 scripts/gen-dcgm-compat.py --interval 15s --rate-window 2m --out FILE
+    python3 scripts/gen-dcgm-compat.py --dcgm-exporter 4.10 --out FILE
+        # one generation's names only (4.8: up to 4.8.x; 4.9; 4.10), not all of them
 
 MAPPING below is the one table: one row per field of dcgm-exporter's
-etc/default-counters.csv (enabled and commented out alike; tests/fixtures/dcgm/ holds the
-copy it is checked against) and a few profiling fields beyond it. A row either recreates
-the field (`source`: PromQL over our families, already in the DCGM unit) or says why not
-(`reason`). Edit the table, run the script, commit both outputs.
+etc/default-counters.csv up to 4.8.x (enabled and commented out alike; tests/fixtures/dcgm/
+holds the copy it is checked against) and a few profiling fields beyond it, then one row
+per name dcgm-exporter 4.9.0 and 4.10.0 gave those fields (RENAMES; the fixture
+tests/fixtures/dcgm/renames.csv records where each comes from). A row either recreates the
+field (`source`: PromQL over our families, already in the DCGM unit of that name) or says
+why not (`reason`). Edit the table, run the script, commit both outputs.
+
+One pack serves both generations: the names up to 4.8 with their units (MHz, mJ, %, MiB,
+MB/s) and the DCGM_FI_DRIVER_VERSION label, and the names of 4.9/4.10 with theirs (hertz,
+joules, 0-1 ratios, bytes, bytes/s) and DCGM_FI_SYSTEM_DRIVER_VERSION, side by side: a fleet
+that upgrades dcgm-exporter node by node has dashboards and alerts in both, and custom
+collectors may still ask for the old names. A name both generations share carries both
+driver labels. --dcgm-exporter narrows the pack to one generation.
 
 Every recreated series carries dcgm-exporter's labels, made from ours:
 gpu (gpu_index), UUID (hw_id; a MIG device's parent's, as dcgm-exporter writes it),
 device ("nvidia" + gpu_index), modelName (hw_name), pci_bus_id (hw_gpu_info's
-gpu_pci_bus_id, NVML's own form), DCGM_FI_DRIVER_VERSION (hw_gpu_info's hw_driver_version),
+gpu_pci_bus_id, NVML's own form), DCGM_FI_DRIVER_VERSION up to 4.8 and
+DCGM_FI_SYSTEM_DRIVER_VERSION from 4.9 (hw_gpu_info's hw_driver_version),
 hostname (host_name), GPU_I_ID and GPU_I_PROFILE on MIG series (hw_gpu_info's
 gpu_instance_id, gpu_mig_profile without a compute-instance prefix), and namespace, pod,
 container where the exporter labels devices with their pods
@@ -29,6 +41,7 @@ other resource labels stay.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 import sys
 from dataclasses import dataclass
@@ -68,10 +81,31 @@ class Field:
     conversion: str = ""  # how, in words, for the doc
     reason: str = ""  # why the field is not recreated (source == "")
     listed: str = "default-counters.csv"  # where dcgm-exporter lists it
+    # The dcgm-exporter release that first uses this name ("": up to 4.8.x), and the name
+    # it replaces; on an old name, the release that renamed it in its shipped lists.
+    since: str = ""
+    replaces: str = ""
+    renamed: str = ""
 
     @property
     def recreated(self) -> bool:
         return bool(self.source)
+
+    def served_by(self, release: str) -> bool:
+        """Whether dcgm-exporter `release` ("4.8", "4.9", "4.10") ships this name."""
+        if self.since:
+            return _order(self.since) <= _order(release)
+        return not self.renamed or _order(release) < _order(self.renamed)
+
+
+def _order(release: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in release.split("."))
+
+
+RELEASES = ("4.8", "4.9", "4.10")
+# The driver-version label: renamed by 4.9 on every series.
+DRIVER_LABEL_OLD = "DCGM_FI_DRIVER_VERSION"
+DRIVER_LABEL_NEW = "DCGM_FI_SYSTEM_DRIVER_VERSION"
 
 
 def _mhz(domain: str) -> str:
@@ -92,7 +126,7 @@ _VIOLATION = ("throttling time is not read: hw_gpu_clock_throttle_active{reason}
 _INFOROM = "not read (inforom and brand are not exported)"
 _RETIRED = "hw_gpu_memory_retired_pages_total"
 
-MAPPING: tuple[Field, ...] = (
+_LEGACY: tuple[Field, ...] = (
     # Clocks
     Field("DCGM_FI_DEV_SM_CLOCK", "gauge", "MHz", True, _mhz("sm"),
           ("hw_gpu_clock_hertz",), "hertz / 1e6, rounded (DCGM: whole MHz)"),
@@ -131,11 +165,11 @@ MAPPING: tuple[Field, ...] = (
           _percent(f'hw_gpu_utilization_ratio{{{NV}, hw_gpu_task="decoder"}}'),
           ("hw_gpu_utilization_ratio",), "ratio × 100, rounded (DCGM: whole percent)"),
     # Errors and violations
-    Field("DCGM_FI_DEV_XID_ERRORS", "gauge", "", True, reason=(
-        "the code of the last XID, a gauge that keeps it after the event: no honest "
-        "equivalent from counts (two codes in one scrape interval have no order). Use "
-        "hw_gpu_xid_errors_total{xid, action}: increase(...[5m]) > 0 by xid, which also "
-        "says what to do")),
+    Field("DCGM_FI_DEV_XID_ERRORS", "gauge", "", True,
+          f"hw_gpu_xid_last_code{{{NV}}}", ("hw_gpu_xid_last_code",),
+          "the same code: the last XID, held after the event (absent until the GPU's first "
+          "XID since the exporter started, where DCGM may write 0); an alert `> 0` fires on "
+          "the same events. To count them, increase(hw_gpu_xid_errors_total[5m]) by xid"),
     Field("DCGM_FI_DEV_POWER_VIOLATION", "counter", "ns", False, reason=_VIOLATION),
     Field("DCGM_FI_DEV_THERMAL_VIOLATION", "counter", "ns", False, reason=_VIOLATION),
     Field("DCGM_FI_DEV_SYNC_BOOST_VIOLATION", "counter", "ns", False, reason=_VIOLATION),
@@ -316,12 +350,139 @@ MAPPING: tuple[Field, ...] = (
           "includes", listed="dcgm fields"),
 )
 
+_DATA_ACTIVE = "rate() of the NVLink data bytes {}, all links (payload only, NVML's " \
+    "THROUGHPUT_DATA; DCGM's profiling counter includes headers)"
+
+
+def _nvlink_bytes_per_second(selector: str = "") -> str:
+    return ("sum without (network_io_direction, nvlink) ("
+            + _per_second(f"hw_gpu_nvlink_io_bytes_total{{{NV}{selector}}}") + ")")
+
+
+_FB_FREE = (f"hw_gpu_memory_limit_bytes{{{NV}}} - hw_gpu_memory_usage_bytes{{{NV}}}"
+            f" - hw_gpu_memory_reserved_bytes{{{NV}}}")
+_SAME = "the same value as the old name"
+
+# dcgm-exporter 4.9.0 (DCGM 4.7) and 4.10.0 (DCGM 4.8) renamed its fields: (old name, new
+# name, release, what changes). A row without changes is the old row under the new name
+# (DCGM keeps the old name as an alias of the new one, same id, same unit); a changed row
+# says its unit, source and conversion. tests/fixtures/dcgm/renames.csv records the source
+# of each name.
+RENAMES: tuple[tuple[str, str, str, dict[str, Any]], ...] = (
+    ("DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_SM_CLOCK_HERTZ", "4.9", dict(
+        unit="Hz", source=f'hw_gpu_clock_hertz{{{NV}, hw_gpu_clock_domain="sm"}}',
+        conversion="the same (hertz)")),
+    ("DCGM_FI_DEV_MEM_CLOCK", "DCGM_FI_DEV_MEMORY_CLOCK_HERTZ", "4.9", dict(
+        unit="Hz", source=f'hw_gpu_clock_hertz{{{NV}, hw_gpu_clock_domain="memory"}}',
+        conversion="the same (hertz)")),
+    ("DCGM_FI_DEV_MEMORY_TEMP", "DCGM_FI_DEV_MEMORY_TEMP_CELSIUS", "4.9", {}),
+    ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_GPU_TEMP_CELSIUS", "4.9", {}),
+    ("DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_BOARD_POWER_WATTS", "4.9", {}),
+    ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL", "4.9", dict(
+        unit="J", source=f"floor(hw_gpu_energy_consumed_joules_total{{{NV}}})",
+        conversion="joules, floored (DCGM: an integer count of joules)")),
+    ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "DCGM_FI_DEV_PCIE_REPLAY_TOTAL", "4.9", {}),
+    ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_GPU_UTIL_RATIO", "4.9", dict(
+        unit="", source=f'hw_gpu_utilization_ratio{{{NV}, hw_gpu_task="general"}}',
+        conversion="the same ratio (0..1)")),
+    ("DCGM_FI_DEV_MEM_COPY_UTIL", "DCGM_FI_DEV_MEMORY_UTIL_RATIO", "4.9", dict(
+        unit="", source=f"hw_gpu_memory_controller_utilization_ratio{{{NV}}}",
+        conversion="the same ratio (0..1)")),
+    ("DCGM_FI_DEV_ENC_UTIL", "DCGM_FI_DEV_ENC_UTIL_RATIO", "4.9", dict(
+        unit="", source=f'hw_gpu_utilization_ratio{{{NV}, hw_gpu_task="encoder"}}',
+        conversion="the same ratio (0..1)")),
+    ("DCGM_FI_DEV_DEC_UTIL", "DCGM_FI_DEV_DEC_UTIL_RATIO", "4.9", dict(
+        unit="", source=f'hw_gpu_utilization_ratio{{{NV}, hw_gpu_task="decoder"}}',
+        conversion="the same ratio (0..1)")),
+    ("DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_XID_ERROR", "4.9", {}),
+    ("DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_FREE_BYTES", "4.9", dict(
+        unit="B", source=_FB_FREE,
+        conversion="limit − usage − reserved, bytes: NVML memory info v2's free")),
+    ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_USED_BYTES", "4.9", dict(
+        unit="B", source=f"hw_gpu_memory_usage_bytes{{{NV}}}", conversion="the same (bytes)")),
+    ("DCGM_FI_DEV_FB_RESERVED", "DCGM_FI_DEV_FB_RESERVED_BYTES", "4.9", dict(
+        unit="B", source=f"hw_gpu_memory_reserved_bytes{{{NV}}}",
+        conversion="the same (bytes)")),
+    ("DCGM_FI_DEV_RETIRED_SBE", "DCGM_FI_DEV_PAGE_RETIRED_SBE_TOTAL", "4.9", {}),
+    ("DCGM_FI_DEV_RETIRED_DBE", "DCGM_FI_DEV_PAGE_RETIRED_DBE_TOTAL", "4.9", {}),
+    ("DCGM_FI_DEV_RETIRED_PENDING", "DCGM_FI_DEV_PAGE_RETIRED_PENDING", "4.9", {}),
+    ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_ROW_REMAP_UNCORRECTABLE_TOTAL",
+     "4.9", {}),
+    ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_ROW_REMAP_CORRECTABLE_TOTAL",
+     "4.9", {}),
+    ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "DCGM_FI_DEV_ROW_REMAP_FAILED", "4.9", {}),
+    ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "DCGM_FI_DEV_NVLINK_THROUGHPUT_BYTES_PER_SECOND",
+     "4.9", dict(kind="gauge", unit="B/s", source=_nvlink_bytes_per_second(),
+                 conversion="rate() of the NVLink bytes of both directions, all links "
+                 "(bytes/s; DCGM: NVLINK_THROUGHPUT_DATA RX+TX in KiB/s × 1024)")),
+    ("DCGM_FI_DEV_NVLINK_BANDWIDTH_L0", "DCGM_FI_DEV_NVLINK_THROUGHPUT_L0_BYTES_PER_SECOND",
+     "4.9", dict(kind="gauge", unit="B/s",
+                 source=_nvlink_bytes_per_second(', nvlink="0"'),
+                 conversion="as the total, link 0 (needs "
+                 "--collector.nvidia.nvlink-per-link)")),
+    ("DCGM_FI_DRIVER_VERSION", DRIVER_LABEL_NEW, "4.9", dict(
+        reason="a label, not a metric: every series of a 4.9 name carries it, from "
+        "hw_gpu_info's hw_driver_version")),
+    ("DCGM_FI_DEV_ECC_INFOROM_VER", "DCGM_FI_DEV_INFOROM_ECC_VERSION", "4.9", {}),
+    ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO", "4.9", {}),
+    ("DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_PROF_SM_UTIL_RATIO", "4.9", {}),
+    ("DCGM_FI_PROF_SM_OCCUPANCY", "DCGM_FI_PROF_SM_OCCUPANCY_RATIO", "4.9", {}),
+    ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_PROF_TENSOR_UTIL_RATIO", "4.9", {}),
+    ("DCGM_FI_PROF_DRAM_ACTIVE", "DCGM_FI_PROF_DRAM_UTIL_RATIO", "4.9", {}),
+    ("DCGM_FI_PROF_PIPE_FP64_ACTIVE", "DCGM_FI_PROF_FP64_UTIL_RATIO", "4.9", {}),
+    ("DCGM_FI_PROF_PIPE_FP32_ACTIVE", "DCGM_FI_PROF_FP32_UTIL_RATIO", "4.9", {}),
+    ("DCGM_FI_PROF_PIPE_FP16_ACTIVE", "DCGM_FI_PROF_FP16_UTIL_RATIO", "4.9", {}),
+    ("DCGM_FI_PROF_PIPE_TENSOR_HMMA_ACTIVE", "DCGM_FI_PROF_HMMA_UTIL_RATIO", "4.9", {}),
+    ("DCGM_FI_PROF_PIPE_TENSOR_IMMA_ACTIVE", "DCGM_FI_PROF_IMMA_UTIL_RATIO", "4.9", {}),
+    ("DCGM_FI_PROF_PIPE_TENSOR_DFMA_ACTIVE", "DCGM_FI_PROF_DFMA_UTIL_RATIO", "4.9", {}),
+    ("DCGM_FI_PROF_PIPE_INT_ACTIVE", "DCGM_FI_PROF_INT_UTIL_RATIO", "4.9", {}),
+    # 4.10.0: the same unit (bytes per second), a name that says it
+    ("DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_TX_BYTES_PER_SECOND", "4.10", {}),
+    ("DCGM_FI_PROF_PCIE_RX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES_PER_SECOND", "4.10", {}),
+    ("DCGM_FI_PROF_NVLINK_TX_BYTES", "DCGM_FI_PROF_NVLINK_TX_BYTES_PER_SECOND", "4.10", {}),
+    ("DCGM_FI_PROF_NVLINK_RX_BYTES", "DCGM_FI_PROF_NVLINK_RX_BYTES_PER_SECOND", "4.10", {}),
+)
+# Names new in 4.9 that replace none.
+ADDED: tuple[Field, ...] = (
+    Field("DCGM_FI_DEV_FB_CAPACITY_BYTES", "gauge", "B", True,
+          f"hw_gpu_memory_limit_bytes{{{NV}}}", ("hw_gpu_memory_limit_bytes",),
+          "the same (bytes): NVML memory info's total", since="4.9",
+          listed="default-counters.csv 4.9"),
+)
+
+
+def _generations() -> tuple[Field, ...]:
+    renamed = {old: since for old, _, since, _ in RENAMES}
+    legacy = {f.name: dataclasses.replace(f, renamed=renamed.get(f.name, "")) for f in _LEGACY}
+    unknown = set(renamed) - set(legacy)
+    if unknown:
+        raise SystemExit(f"RENAMES names fields MAPPING lacks: {sorted(unknown)}")
+    new = []
+    for old, name, since, changes in RENAMES:
+        f = legacy[old]
+        if "reason" in changes or "source" in changes:
+            f = dataclasses.replace(f, source="", families=(), conversion="", reason="")
+        if "source" in changes:
+            changes = {**changes, "families": tuple(sorted(_families(changes["source"])))}
+        listed = (f"default-counters.csv {since}" if f.listed == "default-counters.csv"
+                  else f.listed)
+        new.append(dataclasses.replace(f, name=name, since=since, replaces=old, renamed="",
+                                       listed=listed, **changes))
+    return (*legacy.values(), *new, *ADDED)
+
+
+def _families(promql: str) -> set[str]:
+    return set(re.findall(r"\b(hw_[a-z0-9_]+)\{", promql))
+
+
+MAPPING: tuple[Field, ...] = _generations()
+
+
 # dcgm-exporter's label <- ours (a plain copy); gpu_index also makes `device`.
 RENAMED = (
     ("gpu", "gpu_index"),
     ("modelName", "hw_name"),
     ("pci_bus_id", "gpu_pci_bus_id"),
-    ("DCGM_FI_DRIVER_VERSION", "hw_driver_version"),
     ("namespace", "k8s_namespace_name"),
     ("pod", "k8s_pod_name"),
     ("container", "k8s_container_name"),
@@ -339,8 +500,19 @@ DROPPED = ("hw_id", "hw_parent", "hw_name", "hw_vendor", "gpu_index", "gpu_pci_a
            "network_io_direction", "nvlink", "hw_gpu_pipe", "state", UUID_SOURCE)
 
 
+def driver_labels(f: Field, release: str = "all") -> tuple[str, ...]:
+    """The driver-version labels of a field's series: the one of its generation; both on a
+    name that both generations share, in the pack for all of them."""
+    if release != "all":
+        return (DRIVER_LABEL_OLD,) if release == "4.8" else (DRIVER_LABEL_NEW,)
+    if f.since:
+        return (DRIVER_LABEL_NEW,)
+    return (DRIVER_LABEL_OLD,) if f.renamed else (DRIVER_LABEL_OLD, DRIVER_LABEL_NEW)
+
+
 def expression(f: Field, hostname_label: str = HOSTNAME_LABEL,
-               rate_window: str = RATE_WINDOW) -> str:
+               rate_window: str = RATE_WINDOW,
+               drivers: tuple[str, ...] = (DRIVER_LABEL_OLD,)) -> str:
     """The recording rule's PromQL for a recreated field: the source, joined with
     hw_gpu_info, wrapped in one label_replace or label_join per label made (their
     arguments listed after it, in the order they apply), our labels dropped by the
@@ -376,7 +548,8 @@ def expression(f: Field, hostname_label: str = HOSTNAME_LABEL,
     join(UUID_SOURCE, ",", "hw_parent", "hw_id")
     replace("UUID", UUID_SOURCE, ",?([^,]*).*")
     replace("device", "gpu_index", "(.+)", "nvidia$1")  # gpu_index: always there
-    for dst, src in (*RENAMED, (hostname_label, "host_name")):
+    for dst, src in (*RENAMED, *((d, "hw_driver_version") for d in drivers),
+                     (hostname_label, "host_name")):
         replace(dst, src)
     lines = [f"{fn}(" for fn, _ in reversed(made)] + [inner]
     lines += [f", {args(a)})" for _, a in made]
@@ -385,26 +558,33 @@ def expression(f: Field, hostname_label: str = HOSTNAME_LABEL,
     return f"max without ({', '.join(DROPPED)}) (\n" + "\n".join(lines) + "\n)"
 
 
+def recorded(release: str = "all") -> list[Field]:
+    """The fields a pack for `release` records, in the table's order."""
+    return [f for f in MAPPING
+            if f.recreated and (release == "all" or f.served_by(release))]
+
+
 def pack(hostname_label: str = HOSTNAME_LABEL, interval: str = INTERVAL,
-         rate_window: str = RATE_WINDOW) -> dict[str, Any]:
-    rules = [{"record": f.name, "expr": expression(f, hostname_label, rate_window)}
-             for f in MAPPING if f.recreated]
+         rate_window: str = RATE_WINDOW, release: str = "all") -> dict[str, Any]:
+    rules = [{"record": f.name, "expr": expression(f, hostname_label, rate_window,
+                                                  driver_labels(f, release))}
+             for f in recorded(release)]
     return {"groups": [{"name": "dcgm-exporter-compat", "interval": interval,
                         "rules": rules}]}
 
 
-
-
 def render_pack(hostname_label: str = HOSTNAME_LABEL, interval: str = INTERVAL,
-                rate_window: str = RATE_WINDOW) -> str:
-    settings = (f"# hostname label: {hostname_label}; interval: {interval}; "
+                rate_window: str = RATE_WINDOW, release: str = "all") -> str:
+    names = ("every dcgm-exporter generation's names (up to 4.8, 4.9, 4.10)"
+             if release == "all" else f"dcgm-exporter {release}'s names")
+    settings = (f"# {names}; hostname label: {hostname_label}; interval: {interval}; "
                 f"rate window: {rate_window}\n")
     return ("# Generated by scripts/gen-dcgm-compat.py from its MAPPING -- do not edit by "
             "hand.\n# dcgm-exporter's metrics, names, units and labels, recreated from "
             "gpu-exporter's\n# families (docs/migrating-from-dcgm-exporter.md). Load it only "
             "once dcgm-exporter no\n# longer serves the same names: every sum() would "
             "count each GPU twice.\n" + settings
-            + yaml.dump(pack(hostname_label, interval, rate_window), Dumper=_Dumper,
+            + yaml.dump(pack(hostname_label, interval, rate_window, release), Dumper=_Dumper,
                         sort_keys=False, width=100, allow_unicode=True))
 
 
@@ -415,19 +595,23 @@ def _md(text: str) -> str:
 def render_table() -> str:
     """The doc's field-by-field table, between its markers."""
     out = [DOC_BEGIN, "",
-           "| DCGM field | in the default list | type | unit | from | conversion, or why "
-           "not recreated |", "|---|---|---|---|---|---|"]
+           "| DCGM field | dcgm-exporter | in the default list | type | unit | from | "
+           "conversion, or why not recreated |", "|---|---|---|---|---|---|---|"]
     for f in MAPPING:
         default = ("yes" if f.default else
-                   "no" if f.listed == "default-counters.csv" else "not listed")
+                   "no" if f.listed.startswith("default-counters.csv") else "not listed")
+        if f.since:
+            which = f"{f.since} on (was `{f.replaces}`)" if f.replaces else f"{f.since} on"
+        else:
+            which = f"up to 4.8 (renamed in {f.renamed})" if f.renamed else "every release"
         if f.recreated:
             src = ", ".join(f"`{n}`" for n in f.families)
             how = _md(f.conversion)
         else:
             src = "—"
             how = "**not recreated**: " + _md(f.reason)
-        out.append(f"| `{f.name}` | {default} | {f.kind} | {_md(f.unit) or '—'} | {src} "
-                   f"| {how} |")
+        out.append(f"| `{f.name}` | {which} | {default} | {f.kind} | {_md(f.unit) or '—'} "
+                   f"| {src} | {how} |")
     out += ["", DOC_END]
     return "\n".join(out)
 
@@ -458,16 +642,21 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--rate-window", type=_duration, default=RATE_WINDOW,
                         help="rate() window of the bytes-per-second fields, at least two "
                         "scrape intervals (default: %(default)s)")
+    parser.add_argument("--dcgm-exporter", choices=("all", *RELEASES), default="all",
+                        dest="release",
+                        help="the names of one dcgm-exporter release only (4.8: up to "
+                        "4.8.x; 4.9; 4.10), with its driver-version label; all: every "
+                        "generation's names side by side (default: %(default)s)")
     parser.add_argument("--out", type=Path, metavar="FILE",
                         help="write the pack to FILE instead (any settings)")
     args = parser.parse_args(argv)
-    settings = (args.hostname_label, args.interval, args.rate_window)
+    settings = (args.hostname_label, args.interval, args.rate_window, args.release)
     if args.out is not None:
         if args.check:
             parser.error("--check compares the committed files: no --out")
         args.out.write_text(render_pack(*settings))
         return 0
-    if settings != (HOSTNAME_LABEL, INTERVAL, RATE_WINDOW):
+    if settings != (HOSTNAME_LABEL, INTERVAL, RATE_WINDOW, "all"):
         parser.error("the committed pack uses the default settings: write one with others "
                      "elsewhere, with --out FILE")
     outputs = {PACK: render_pack(), DOC: with_table(DOC.read_text())}

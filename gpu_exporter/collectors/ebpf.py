@@ -18,7 +18,7 @@ from gpu_exporter.model import flagtypes
 from gpu_exporter.model.metric_types import Buckets
 from gpu_exporter.model.settings import Option, Settings
 from gpu_exporter.readers import files
-from gpu_exporter.sources.ebpf import arch, hip_devices
+from gpu_exporter.sources.ebpf import arch, hip_devices, names
 from gpu_exporter.sources.ebpf.reading import CallHistogram, CudaActivity, NvmlView
 from gpu_exporter.sources.ebpf.uprobes import MECHANISMS
 from gpu_exporter.sources.library.lanes import Lanes
@@ -69,6 +69,17 @@ def kernel_headers_missing() -> str | None:
 NAMES_MAX = Option(
     "ebpf.kernel-names-max", flagtypes.Count(1, 100_000), 500,
     "Distinct cuda_kernel_name values kept; later names are reported as \"other\".")
+EXECUTABLES_MAX = Option(
+    "ebpf.executable-names-max", flagtypes.Count(1, 100_000), names.EXECUTABLES_MAX,
+    "Distinct process_executable_name values with series of their own; processes of "
+    "later names are reported as \"other\" for their life and counted by "
+    "gpu_exporter_ebpf_executables_folded_total. A name's place is free again once its "
+    "processes have exited and their series expired.")
+EXITED_EXPIRY = Option(
+    "ebpf.exited-series-expiry", flagtypes.Seconds(1, 7 * 86400), names.EXPIRY_SECONDS,
+    "Seconds the CUDA series of exited processes are kept after their last count; then "
+    "they are dropped (a counter never goes down), unless a running process adds to "
+    "them or has their executable name.")
 PID_LABEL = Option(
     "ebpf.pid-label", bool, False,
     "Add process_pid to the CUDA activity families (one series per process).", is_flag=True)
@@ -111,8 +122,8 @@ class EbpfCollector(Collector):
                            "libamdhip64 (root, Linux on x86-64; also "
                            "OTEL_GPU_EBPF_ENABLED=true).")
     default_enabled: ClassVar[bool] = False
-    options: ClassVar[Sequence[Option[Any]]] = (NAMES_MAX, PID_LABEL, RESCAN_INTERVAL,
-                                                ATTACH_MECHANISM)
+    options: ClassVar[Sequence[Option[Any]]] = (NAMES_MAX, EXECUTABLES_MAX, EXITED_EXPIRY,
+                                                PID_LABEL, RESCAN_INTERVAL, ATTACH_MECHANISM)
 
     _nvml: nvml_stack.NvmlStack | None = None
     _lanes: Lanes[int, nvml_processes.DeviceProcesses]
@@ -157,6 +168,8 @@ class EbpfCollector(Collector):
             pid_label=self.settings.get(PID_LABEL),
             rescan_interval=self.settings.get(RESCAN_INTERVAL),
             mechanism=self.settings.get(ATTACH_MECHANISM),
+            executables_max=self.settings.get(EXECUTABLES_MAX),
+            expiry_seconds=self.settings.get(EXITED_EXPIRY),
         )
         try:
             engine.start(bcc)
@@ -281,6 +294,7 @@ class EbpfCollector(Collector):
         self._hip_libraries = tuple(lib for lib in a.attached_libraries
                                     if hip_devices.is_hip_runtime(lib))
         c.EBPF_KERNEL_NAMES_OVERFLOW.emit(sink, a.kernel_names_overflow, {})
+        c.EBPF_EXECUTABLES_FOLDED.emit(sink, a.executables_folded, {})
 
     def _nvml_view(self, sink: Sink) -> NvmlView | None:
         """NVML's process lists this scrape, read through the exporter's one NVML stack

@@ -75,6 +75,7 @@ def emit(r: GpuReading, out: Emitted) -> None:
     for xid, count in sorted(r.xid_errors.items()):
         c.HW_GPU_XID_ERRORS.emit(out, count, {"xid": str(xid), "action": xid_catalog.action(xid)},
                                  dev)
+    c.HW_GPU_XID_LAST.emit(out, r.last_xid, {}, dev)
     _repair(r, out, dev)
     for reason, active in sorted(r.throttle_active.items()):
         c.HW_GPU_CLOCK_THROTTLE.emit(out, 1 if active else 0, {"reason": reason}, dev)

@@ -191,7 +191,8 @@ class NvidiaCollector(Collector):
         devices = sorted(identified.items())
         _first_gpm_window(devices, deadline)
         run = self._lanes.start([
-            (index, partial(values.read, dev, events.counts(dev.identity.key)))
+            (index, partial(values.read, dev, events.counts(dev.identity.key),
+                            events.last(dev.identity.key)))
             for index, dev in devices])
         results = run.finish(deadline)
         readings: list[GpuReading] = []

@@ -140,20 +140,30 @@ class PodAllocations:
 
     def _dra_state(self, unresolved: Sequence[str]) -> None:
         """`processes.dra`: whether every GPU the kubelet reports through a DRA claim
-        was resolved to a GPU of this node (none is ever guessed)."""
+        was resolved to a GPU of this node (none is ever guessed); `processes.cdi_specs`:
+        whether every spec file was read (one that was not, past the parser's bounds or
+        malformed, is named and skipped: the others' devices still resolve)."""
         if self._cdi is None:
             return  # no claim seen yet: no state
-        problems = [*unresolved, *self._cdi.problems]
+        dirs = ",".join(self._cdi_dirs)
+        skipped = self._cdi.skipped
+        self._features["cdi_specs"] = Availability.unavailable(
+            f"{len(skipped)} CDI spec file(s) skipped: " + "; ".join(skipped[:3]),
+            "the DRA driver that wrote it must write a valid spec: JSON or YAML of at most "
+            f"{cdi.MAX_SPEC_BYTES} bytes, {cdi.MAX_SPEC_DEPTH} levels and "
+            f"{cdi.MAX_SPEC_NODES} nodes, no YAML alias") if skipped else \
+            Availability.enabled(f"{self._cdi.files} spec file(s) in {dirs}")
+        problems = [*unresolved, *(p for p in self._cdi.problems if p not in skipped)]
         if problems:
             self._features["dra"] = Availability.unavailable(
                 f"{len(unresolved)} DRA device(s) not resolved to a GPU: "
-                + "; ".join(problems[:5]),
+                + "; ".join([*problems, *skipped][:5]),
                 "mount the DRA drivers' CDI spec directories read-only ("
-                + ",".join(self._cdi_dirs) + ", --processes.cdi-spec-dirs) and the "
+                + dirs + ", --processes.cdi-spec-dirs) and the "
                 "host's /proc (--path.procfs: the NVIDIA driver's GPU minors, "
                 "driver/nvidia-caps/mig-minors for MIG devices)")
         else:
-            self._features["dra"] = Availability.enabled(", ".join(self._cdi_dirs))
+            self._features["dra"] = Availability.enabled(dirs)
 
     def _running(self, pods: Mapping[str, tuple[ContainerRef, ...]]
                  ) -> Mapping[str, tuple[ContainerRef, ...]]:

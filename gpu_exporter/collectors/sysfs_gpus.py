@@ -73,7 +73,8 @@ class SysfsGpuCollector(Collector):
         if not found:
             return self._none_found()
         cards = ", ".join(f"{t.gpu.pci_address} ({t.gpu.card or 'no DRM card'}, "
-                          f"{t.gpu.driver})" for t in found)
+                          f"{t.gpu.driver}{'; cannot be read' if t.gpu.unreadable else ''})"
+                          for t in found)
         return Availability.enabled(f"{len(found)} GPU(s): {cards}{self._others()}")
 
     def _others(self) -> str:
@@ -150,6 +151,10 @@ class SysfsGpuCollector(Collector):
         address = gpu.pci_address
         self._unread.pop(address, None)  # what PCI shows is read afresh at each try
         ident = self._identity(gpu)
+        if gpu.unreadable is not None:  # nothing of it may be opened: down, and why
+            sink.fail(address, f"{address}: {gpu.unreadable}")
+            self._retry_at[address] = now + self.settings.retry_interval_seconds
+            return GpuReading(identity=ident, up=False, state="failed")
         problems = Problems()
         try:
             reading = self.read(gpu, ident, problems)

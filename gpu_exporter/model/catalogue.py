@@ -185,7 +185,7 @@ HW_ERRORS = Counter(
     "nvlink_crc_flit, nvlink_crc_data, nvlink_replay, nvlink_recovery: "
     "DCGM_FI_DEV_NVLINK_CRC_FLIT/CRC_DATA/REPLAY/RECOVERY_ERROR_COUNT_TOTAL (per link: "
     "…_L0, …); nvlink_ecc_data, pcie_correctable/nonfatal/fatal, xid: none "
-    "(DCGM_FI_DEV_XID_ERRORS is the last XID, not a count)",
+    "(dcgm-exporter's XID field is the last code, not a count: hw_gpu_xid_last_code)",
 )
 
 
@@ -202,6 +202,16 @@ HW_GPU_XID_ERRORS = Counter(
     "the exporter started.",
     D, XidLabels, sources="NVML event listener (critical XID events); action: "
     "gpu_exporter/model/xid_catalog.csv",
+)
+
+HW_GPU_XID_LAST = Gauge(
+    "hw_gpu_xid_last_code",
+    "The code of the last XID event on the GPU; absent until its first since the exporter "
+    "started, then held until the exporter (or its NVML session) starts again.",
+    D, NoLabels, sources="NVML event listener (critical XID events)",
+    dcgm="DCGM_FI_DEV_XID_ERRORS (DCGM_FI_DEV_XID_ERROR from dcgm-exporter 4.9): the same "
+    "code, held the same way (DCGM keeps its field's last value until its host engine "
+    "restarts)",
 )
 
 
@@ -776,6 +786,12 @@ EBPF_ATTACHED_LIBRARIES = Gauge(
 EBPF_KERNEL_NAMES_OVERFLOW = Counter(
     "gpu_exporter_ebpf_kernel_names_overflow_total",
     "Launches of kernels beyond the name cap, reported as cuda_kernel_name=\"other\".", S,
+    NoLabels,
+)
+EBPF_EXECUTABLES_FOLDED = Counter(
+    "gpu_exporter_ebpf_executables_folded_total",
+    "Processes whose executable name was beyond --ebpf.executable-names-max, reported "
+    "as process_executable_name=\"other\" for their life; each counted once.", S,
     NoLabels,
 )
 

@@ -72,9 +72,13 @@ class GpuIdentity:
 
     @property
     def key(self) -> str:
-        """What samples name their device by: hw_id, else the PCI address."""
+        """What samples name their device by: hw_id, else the PCI address, else (an
+        NVIDIA GPU NVML counts but that was lost or hung before it gave either) its NVML
+        index."""
         key = self.hw_id or self.pci_address
         if key is None:
+            if self.vendor == "nvidia" and len(self.order_key) == 1:
+                return f"nvml-index:{self.order_key[0]}"
             raise ValueError(f"a device needs a hw_id or a PCI address: {self}")
         return key
 
@@ -141,6 +145,7 @@ class GpuReading:
     io_bytes: Mapping[Direction, int] = field(default_factory=dict)
     errors: Mapping[ErrorType, int] = field(default_factory=dict)  # cumulative counts
     xid_errors: Mapping[int, int] = field(default_factory=dict)  # xid code -> count
+    last_xid: int | None = None  # the code of the last XID (None: none since the start)
     throttle_active: Mapping[str, bool] = field(default_factory=dict)  # reason -> active
     state: HealthState | None = None
     pcie_link: PcieLink | None = None

@@ -32,6 +32,11 @@ from gpu_exporter.readers import files
 MAX_READ_BYTES = 8192
 
 _DIGITS = {10: re.compile(r"[0-9]+"), 16: re.compile(r"(?:0[xX])?[0-9a-fA-F]+")}
+# A value is at most 2^64 (20 decimal digits, 16 hex digits after "0x"): a longer one is
+# out of range before it is converted. int() of 5,000 digits raised ValueError (Python's
+# 4,300-digit limit), which took the whole power collector down; no digit count costs
+# more than the check of its length.
+_MAX_LENGTH = {10: 20, 16: 18}
 log = logging.getLogger("gpu_exporter.readers")
 L = TypeVar("L")
 _VALUE_FIELDS = tuple(f.name for f in fields(GpuReading)
@@ -99,7 +104,7 @@ def read_int(path: Path | str, problems: Problems, *, base: int = 10,
     if value is None:
         return None
     # bytes.isdigit() is ASCII digits only: the common case needs no regular expression.
-    if base == 10 and value.isdigit():
+    if base == 10 and value.isdigit() and len(value) <= _MAX_LENGTH[10]:
         number = int(value)
         if number <= maximum:
             return number
@@ -121,7 +126,7 @@ def read_held_int(held: files.HeldFile, problems: Problems, *, maximum: int = 1 
     value = raw.split(b"\0", 1)[0].strip()
     if not value:
         return None
-    if value.isdigit():
+    if value.isdigit() and len(value) <= _MAX_LENGTH[10]:
         number = int(value)
         if number <= maximum:
             return number
@@ -138,6 +143,9 @@ def parse_int(text: str, where: Path | str, problems: Problems, *, base: int = 1
         return None
     if not digits.fullmatch(text):
         problems.add(where, f"not an integer: {text[:40]!r}")
+        return None
+    if len(text) > _MAX_LENGTH[base]:
+        problems.add(where, f"value of {len(text)} digits is out of range (over {maximum})")
         return None
     value = int(text, base)
     if value > maximum:

@@ -29,6 +29,7 @@ def test_the_registry_is_the_vendor_type_in_gpu_index_order() -> None:
 
 def test_pci_discovery_knows_every_vendor_from_the_registry() -> None:
     assert pci.VENDOR_IDS is vendors.VENDOR_IDS
+    assert pci.GPU_DRIVERS is vendors.GPU_DRIVERS
     for v in vendors.VENDORS:
         assert v.pci_vendor_ids and all(pci.VENDOR_IDS[i] == v.slug for i in v.pci_vendor_ids)
 
@@ -40,6 +41,7 @@ def test_each_vendor_has_its_registered_collector() -> None:
         if issubclass(collector, SysfsGpuCollector):
             assert collector.vendor == v.slug
             assert collector.vendor_id in v.pci_vendor_ids
+            assert set(collector.drivers) == set(v.drivers)
 
 
 def test_the_spec_states_the_registry_order() -> None:

@@ -6,6 +6,7 @@ generated from alerts/ and loadable by promtool."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import subprocess
 import sys
@@ -282,3 +283,55 @@ def test_tls_overlay_serves_the_secret_web_config(tmp_path: Path) -> None:
         assert c[probe]["httpGet"]["scheme"] == "HTTPS"
         assert c[probe]["httpGet"]["path"] == "/healthz"
     assert c_base["securityContext"] == c["securityContext"]
+
+
+# -- the image, from a kustomization of the user's own ------------------------------------
+def _image(objects: list[dict[str, Any]]) -> str:
+    ds = next(o for o in objects if o["kind"] == "DaemonSet")
+    [container] = ds["spec"]["template"]["spec"]["containers"]
+    return str(container["image"])
+
+
+def test_the_base_names_the_image_by_a_kustomize_images_entry() -> None:
+    from gpu_exporter import __version__
+    k = yaml.safe_load((K8S / "base" / "kustomization.yaml").read_text())
+    assert k["images"] == [{"name": "gpu-exporter", "newTag": __version__}]
+    for name in KUSTOMIZATIONS:
+        objects = render(K8S / name)
+        if any(o["kind"] == "DaemonSet" for o in objects):
+            assert _image(objects) == f"gpu-exporter:{__version__}", name
+
+
+@pytest.mark.parametrize(("entry", "image"), [
+    ({"newName": "registry.example.com/gpu/gpu-exporter", "newTag": "1.2.3"},
+     "registry.example.com/gpu/gpu-exporter:1.2.3"),
+    ({"newName": "registry.example.com:5000/gpu-exporter"},
+     "registry.example.com:5000/gpu-exporter:0.1.0"),
+    ({"digest": "sha256:" + "ab" * 32}, "gpu-exporter@sha256:" + "ab" * 32),
+])
+@pytest.mark.parametrize("base", ["base", "overlays/ebpf"])
+def test_a_user_sets_the_image_in_a_kustomization_of_their_own(
+        tmp_path: Path, base: str, entry: dict[str, str], image: str) -> None:
+    """What docs/deploy.md tells a user to write, in a folder of their own that names the
+    repository's base (or an overlay): no tracked file is edited."""
+    tracked = {p: p.read_bytes() for p in K8S.rglob("*.yaml")}
+    mine = tmp_path / "my-cluster"
+    mine.mkdir()
+    (mine / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [os.path.relpath(K8S / base, mine)],
+        "images": [{"name": "gpu-exporter", **entry}]}))
+    objects = render(mine)
+    assert _image(objects) == image
+    ds = next(o for o in objects if o["kind"] == "DaemonSet")
+    kubernetes_validate.validate(ds, K8S_VERSIONS[-1], strict=True)
+    assert {p: p.read_bytes() for p in K8S.rglob("*.yaml")} == tracked
+
+
+def test_the_deploy_doc_sets_the_image_with_kustomize_not_sed() -> None:
+    doc = (REPO / "docs" / "deploy.md").read_text()
+    section = doc[doc.index("## Kubernetes"):]
+    assert "sed -i" not in section
+    assert "images:" in section and "newName:" in section
+    readme = (REPO / "README.md").read_text()
+    assert "images:" in readme[readme.index("**Kubernetes**"):][:800]

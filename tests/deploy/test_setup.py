@@ -110,3 +110,83 @@ def test_readme_test_command_is_the_one_ci_runs() -> None:
     ci = [line.strip() for line in (REPO / ".ci" / "run").read_text().splitlines()
           if line.strip() and not line.lstrip().startswith("#")]
     assert ci[-1] == "make test", ci
+
+
+# -- make demo: what it installs, and apt's lock -----------------------------------------
+def _packages(path: Path) -> set[str]:
+    return {line.strip() for line in path.read_text().splitlines()
+            if line.strip() and not line.lstrip().startswith("#")}
+
+
+def test_make_demo_installs_only_what_the_demo_uses() -> None:
+    """The demo's own apt list and the runtime venv: none of the test toolchain (hipcc,
+    libamdhip64-dev, kernel headers, bcc, Prometheus, ...), and every program demo.sh
+    starts comes from a package of that list."""
+    demo = _packages(REPO / "scripts" / "apt-packages-demo.txt")
+    dry = _make("-n", "-B", "demo").stdout
+    assert "scripts/apt-packages-demo.txt" in dry and "scripts/apt-packages.txt" not in dry
+    assert not any("[dev]" in line for line in _installs("demo")), dry
+    assert any(re.search(r"pip install .*-e \.( |$)", line) for line in _installs("demo"))
+    assert not demo & {"hipcc", "libamdhip64-dev", "linux-headers-amd64", "python3-bpfcc",
+                       "g++", "prometheus", "iproute2", "systemd", "curl"}, demo
+    assert demo < _packages(REPO / "scripts" / "apt-packages.txt") | {"python3-venv"}
+    script = (REPO / "scripts" / "demo.sh").read_text()
+    tools = set(re.search(r"for tool in ([\w -]+); do", script).group(1).split())  # type: ignore[union-attr]
+    assert tools == {"victoria-metrics", "vmalert", "prometheus-alertmanager"}
+    owners = {}
+    for tool in sorted(tools):
+        path = shutil.which(tool)
+        assert path, f"{tool}: make system-deps-demo"
+        res = subprocess.run(["dpkg", "-S", os.path.realpath(path)], capture_output=True,
+                             text=True, timeout=60)
+        assert res.returncode == 0, res.stderr
+        owners[tool] = res.stdout.split(":", 1)[0]
+    assert set(owners.values()) <= demo, owners
+    # the fake NVML the simulated node runs on is built with the C compiler
+    assert {"gcc", "libc6-dev"} <= demo
+
+
+def _fake_apt(tmp_path: Path, script: str) -> dict[str, str]:
+    """PATH with apt-get, dpkg-query and sudo stand-ins: no package is installed, and apt-get
+    runs `script` (its arguments in "$@"), recording each call in calls.log."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "dpkg-query").write_text("#!/bin/sh\nexit 1\n")
+    (bin_dir / "sudo").write_text('#!/bin/sh\nexec "$@"\n')  # a user's run: the same calls
+    (bin_dir / "apt-get").write_text(
+        f'#!/bin/sh\necho "$*" >> {tmp_path}/calls.log\n{script}\n')
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
+def test_apt_waits_for_its_lock(tmp_path: Path) -> None:
+    env = _fake_apt(tmp_path, "exit 0")
+    env["APT_LOCK_TIMEOUT"] = "42"
+    listing = tmp_path / "pkgs.txt"
+    listing.write_text("# one\nsome-package\n")
+    res = subprocess.run(["bash", str(REPO / "scripts" / "install-system-deps.sh"),
+                          str(listing)], env=env, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    calls = (tmp_path / "calls.log").read_text().splitlines()
+    assert len(calls) == 2 and all("-o DPkg::Lock::Timeout=42" in c for c in calls), calls
+    assert calls[1].endswith("install -y -qq --no-install-recommends some-package")
+    assert "waits up to 42 s for its lock" in res.stderr
+
+
+def test_apt_that_cannot_get_its_lock_says_why(tmp_path: Path) -> None:
+    # what apt-get prints when the lock is still held after the timeout
+    env = _fake_apt(tmp_path, 'echo "E: Could not get lock /var/lib/dpkg/lock-frontend. '
+                              'It is held by process 4242 (unattended-upgr)" >&2; exit 100')
+    listing = tmp_path / "pkgs.txt"
+    listing.write_text("some-package\n")
+    res = subprocess.run(["bash", str(REPO / "scripts" / "install-system-deps.sh"),
+                          str(listing)], env=env, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 1
+    assert "Could not get lock" in res.stderr
+    assert "apt-get update failed: if another package manager held the lock for 300 s" \
+        in res.stderr
+    env["APT_LOCK_TIMEOUT"] = "soon"
+    res = subprocess.run(["bash", str(REPO / "scripts" / "install-system-deps.sh"),
+                          str(listing)], env=env, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and "APT_LOCK_TIMEOUT=soon" in res.stderr

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from gpu_exporter.model import ebpf_abi as abi
+from gpu_exporter.sources.ebpf.names import EXECUTABLES_MAX
 from tests.ebpf.conftest import (
     HIP_LIB,
     Build,
@@ -320,3 +321,56 @@ def test_an_executable_graph_updated_every_step_stays_named_and_bounded(cuda_bui
     for reason in ("graph_nodes_full", "graph_map_full", "graph_event_buffer_full",
                    "stats_map_full"):
         assert dropped(series, reason) == 0, reason
+
+
+NAMES, NAME_LAUNCHES = 1500, 3  # distinct executables, launches of each
+# What the exporter's RSS may grow by over the 1,500 names (docs/hostile-input.md).
+NAMES_RSS_GROWTH_MIB = 48
+
+
+def _rss_kib(pid: int, key: str = "VmRSS") -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(key + ":"))
+
+
+def test_1500_executable_names_keep_the_page_under_10000_series(cuda_build: Build) -> None:
+    """Issue #32: 6,003 short-lived processes, each of its own executable name, took the
+    eBPF families from 963 to 212,170 series. 1,500 here (hard links of one program under
+    1,500 names, beside its libraries: it finds them at $ORIGIN), 8 at a time: the first
+    names (up to --ebpf.executable-names-max) keep series of their own, the rest are
+    `other`, counted; every launch is counted once; the page stays under 10,000 series
+    and is answered every scrape."""
+    programs = []
+    for i in range(NAMES):
+        path = cuda_build.dir / f"job-{i:04d}"
+        if not path.exists():
+            os.link(cuda_build.path("launch_loop"), path)
+        programs.append(str(path))
+    with probed(cuda_build) as exp:  # the default cap
+        _healthy(exp)
+        idle = _rss_kib(exp.proc.pid)
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda p: run_launch_loop(p, NAME_LAUNCHES), programs))
+        want = NAMES * NAME_LAUNCHES
+
+        def counted() -> float:
+            series = _healthy(exp)
+            return sum(s.value for s in find(series, "gpu_kernel_launch_calls_total")
+                       if s.labels["process_executable_name"].startswith(("job-", "other")))
+
+        eventually(lambda: counted() == want, 60, f"the {want} launches")
+        text = exp.scrape()
+        series = parse(text)
+        names = {s.labels["process_executable_name"]
+                 for s in find(series, "gpu_kernel_launch_calls_total")}
+        own = {n for n in names if n.startswith("job-")}
+        assert 0 < len(own) <= EXECUTABLES_MAX and "other" in names
+        [folded] = find(series, "gpu_exporter_ebpf_executables_folded_total")
+        assert folded.value == NAMES - len(own)
+        assert launches(series, "other") == folded.value * NAME_LAUNCHES
+        rss = _rss_kib(exp.proc.pid)
+        print(f"\n{len(series)} series, {len(text)} bytes, {len(own)} names of their own, "
+              f"{folded.value:.0f} processes folded, RSS {idle // 1024} -> {rss // 1024} MiB")
+        assert len(series) < 10_000
+        assert rss - idle < NAMES_RSS_GROWTH_MIB * 1024
+        assert counted() == want  # the next scrape the same: nothing lost, nothing twice

@@ -11,6 +11,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
+
 from gpu_exporter.collectors import REGISTRY
 from tests.helpers import (
     EXPORTER,
@@ -155,6 +157,39 @@ def test_a_card_folder_the_exporter_may_not_open_is_no_exit() -> None:
         finally:
             os.chmod(card, 0o755)
 
+
+
+@pytest.mark.parametrize(("capture", "collector"), [("rx6900xt", "amd"), ("b580", "intel")])
+def test_a_pci_device_folder_the_exporter_may_not_open_reads_up_0(
+        capture: str, collector: str) -> None:
+    """Run as `nobody` against a sysfs whose PCI device folder of one GPU is mode 000
+    (issue #32: the GPU vanished, and with it the only card, the collector went
+    unavailable). It is known by its driver's bind link (bus/pci/drivers/<driver>/), reads
+    `hw_gpu_up 0` by its PCI address with the reason as a failure; the other GPU beside it
+    is read."""
+    with world_readable_dir("hostile-sysfs-") as root:
+        tree = FakeSysfs(root / "sys")
+        closed = tree.add(capture, "0000:0b:00.0", 0).device
+        tree.add(capture, "0000:0c:00.0", 1)
+        (root / "proc").mkdir()
+        os.chmod(closed, 0)
+        try:
+            args = [*(f"--no-collector.{c.name}" for c in REGISTRY if c.name != collector),
+                    f"--path.sysfs={root / 'sys'}", f"--path.procfs={root / 'proc'}"]
+            res = run_as_nobody(["dump", *args])
+            assert res.returncode == 0, res.stderr
+            assert "Traceback" not in res.stderr
+            series = parse(res.stdout)
+            up = {s.labels["gpu_pci_address"]: s.value for s in find(series, "hw_gpu_up")}
+            assert up == {"0000:0b:00.0": 0, "0000:0c:00.0": 1}
+            assert "0000:0b:00.0: permission denied" in res.stderr
+            assert [s.value for s in find(series, "gpu_exporter_collector_success",
+                                          collector=collector)] == [0]
+            doctor = run_as_nobody(["doctor", *args])
+            assert "0000:0b:00.0 (no DRM card" in doctor.stdout
+            assert "cannot be read" in doctor.stdout, doctor.stdout
+        finally:
+            os.chmod(closed, 0o755)
 
 
 def test_hostile_files_in_a_cards_folder_are_values_missing_with_the_reason(

@@ -3,8 +3,10 @@
 dcgm-exporter compatibility pack (alerts/dcgm/) loaded by a real Prometheus and by a real
 vmalert writing to a real VictoriaMetrics that scrapes the exporter. NVIDIA's own
 dcgm-exporter Grafana dashboard (every panel query, its template variables filled as
-Grafana fills them) and a query for each default counter the pack recreates return data on
-both servers, with dcgm-exporter's labels; and an H100 in MIG mode, per GPU instance.
+Grafana fills them) and a query for each default counter the pack recreates, under its
+names up to 4.8 and those of 4.9/4.10, return data on both servers, with dcgm-exporter's
+labels and units; the last XID (DCGM_FI_DEV_XID_ERRORS, 4.9's DCGM_FI_DEV_XID_ERROR) carries
+the code of each GPU's last XID event; and an H100 in MIG mode, per GPU instance.
 
 Fields that read a family the exporter does not have yet (tests/rules/dcgm_compat.AWAITING)
 are checked by promtool (tests/rules/test_dcgm_compat.py), not here, until it lands.
@@ -50,12 +52,16 @@ NOT_ON_H100 = {"hw_gpu_memory_retired_pages_total", "hw_gpu_memory_retired_pages
 # Nor are they vGPU guests, the only GPUs with a licence state: its conversion and labels
 # are pinned by the promtool unit tests (alerts/dcgm/tests/).
 NOT_A_VGPU_GUEST = {"hw_gpu_vgpu_license_state"}
+# The last XID: only on the GPUs that had one (tested on its own below).
+LAST_XID = {"hw_gpu_xid_last_code"}
 # Every field the pack recreates from families the exporter has now.
 LIVE = [f for f in FIELDS
-        if f.recreated and not set(f.families) & (AWAITING | NOT_ON_H100 | NOT_A_VGPU_GUEST)]
-# dcgm-exporter's labels on a GPU series (no MIG, no pods here), and the scrape's.
-DCGM_LABELS = {"gpu", "UUID", "pci_bus_id", "device", "modelName", "DCGM_FI_DRIVER_VERSION",
-               "hostname", "instance", "job"}
+        if f.recreated
+        and not set(f.families) & (AWAITING | NOT_ON_H100 | NOT_A_VGPU_GUEST | LAST_XID)]
+# dcgm-exporter's labels on a GPU series (no MIG, no pods here), and the scrape's; and the
+# driver-version label of the field's generation.
+DCGM_LABELS = {"gpu", "UUID", "pci_bus_id", "device", "modelName", "hostname", "instance",
+               "job"}
 POD = PodSpec("ml", "train-0", "dc90e000-0000-4000-8000-000000000001", "trainer", "d1" * 32,
               (fleet_mod.fake.h100(0).uuid,))
 NVML_BUS_ID = re.compile(r"[0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-7]")
@@ -215,13 +221,39 @@ def test_each_recreated_field_has_data_with_dcgm_exporters_labels(
         assert labels["UUID"].startswith("GPU-"), labels
         assert NVML_BUS_ID.fullmatch(labels["pci_bus_id"]), labels
         assert labels["modelName"] == "NVIDIA H100 80GB HBM3", labels
-        assert labels["DCGM_FI_DRIVER_VERSION"] == "550.54.15", labels
+        drivers = gen.driver_labels(field)
+        assert {d: labels.get(d) for d in drivers} == dict.fromkeys(drivers, "550.54.15")
+        assert not ({gen.DRIVER_LABEL_OLD, gen.DRIVER_LABEL_NEW} - set(drivers)) & set(labels)
+
+
+@pytest.mark.parametrize("server", ["prometheus", "victoriametrics"])
+@pytest.mark.parametrize("name", ["DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_XID_ERROR"])
+def test_the_last_xid_is_recreated_with_dcgm_exporters_meaning(
+        servers: Servers, server: str, name: str) -> None:
+    """The fleet's XIDs (tests/e2e/fleet.py): 79 on GPU 0, 13 then 999 on GPU 1, 63 on
+    GPU 2, delivered through the fake NVML's event wait: each GPU's series is the code of
+    its last one, held after the event, so that dcgm-exporter's `... > 0` alert fires on
+    the same GPUs; the GPUs without an XID have no series."""
+    s: QueryServer = getattr(servers, server)
+
+    def last() -> dict[str, float]:
+        got = {r["metric"]["gpu"]: float(r["value"][1]) for r in s.query(name)}
+        assert got == {"0": 79, "1": 999, "2": 63}, got
+        return got
+
+    eventually(last, 60, f"{server}: {name}")
+    firing = {r["metric"]["gpu"] for r in s.query(f"{name} > 0")}
+    assert firing == {"0", "1", "2"}
+    for r in s.query(name):
+        assert r["metric"]["UUID"].startswith("GPU-") and r["metric"]["device"].startswith(
+            "nvidia"), r
 
 
 def test_every_default_counter_is_queried_or_awaited_or_has_no_equivalent() -> None:
     for f in FIELDS:
         if f.default:
-            assert f in LIVE or set(f.families) & (AWAITING | NOT_A_VGPU_GUEST) or f.reason, f.name
+            assert (f in LIVE or set(f.families) & (AWAITING | NOT_A_VGPU_GUEST | LAST_XID)
+                    or f.reason), f.name
             assert not set(f.families) & NOT_ON_H100, f.name
 
 
@@ -244,6 +276,16 @@ def test_values_are_in_dcgm_units(servers: Servers, server: str) -> None:
     assert float(tx[0]["value"][1]) < 6e7, tx
     rx = s.wait_for('DCGM_FI_PROF_PCIE_RX_BYTES{gpu="0"} > 7e7', 60)
     assert float(rx[0]["value"][1]) < 9e7, rx
+    # 4.9 and 4.10's names, in their units: hertz, 0-1 ratios, bytes, bytes per second
+    assert by_gpu("DCGM_FI_DEV_SM_CLOCK_HERTZ")["0"] == 1.98e9
+    assert by_gpu("DCGM_FI_DEV_GPU_UTIL_RATIO")["3"] == 0.97
+    assert by_gpu("DCGM_FI_DEV_GPU_UTIL_RATIO")["4"] == 0
+    used = by_gpu("DCGM_FI_DEV_FB_USED_BYTES")["4"]
+    assert 2048 * 1048576 <= used < 2049 * 1048576, used  # FB_USED's 2048 MiB, in bytes
+    assert by_gpu("DCGM_FI_DEV_FB_CAPACITY_BYTES")["4"] == 80 * 1024**3
+    assert by_gpu("DCGM_FI_DEV_GPU_TEMP_CELSIUS") == by_gpu("DCGM_FI_DEV_GPU_TEMP")
+    tx = s.wait_for('DCGM_FI_PROF_PCIE_TX_BYTES_PER_SECOND{gpu="0"} > 4e7', 60)
+    assert float(tx[0]["value"][1]) < 6e7, tx
     # the same GPUs as the exporter's, joined by UUID
     ours = {r["metric"]["hw_id"] for r in s.query('hw_gpu_info{hw_vendor="nvidia"}')}
     theirs = {r["metric"]["UUID"] for r in s.query("DCGM_FI_DEV_GPU_TEMP")}

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import ctypes
 import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,7 +17,7 @@ from gpu_exporter.sources.ebpf.events import Polls
 from gpu_exporter.sources.ebpf.graphs import Graphs
 from gpu_exporter.sources.ebpf.loader import Program
 from gpu_exporter.sources.ebpf.maps import MapReader
-from gpu_exporter.sources.ebpf.names import NameCap
+from gpu_exporter.sources.ebpf.names import EXPIRY_SECONDS, ExecutableCap, NameCap
 from gpu_exporter.sources.ebpf.resolve import Resolver
 from tests.ebpf_parts import bpf_maps
 
@@ -80,13 +82,15 @@ class Parts:
         self.maps["proc_slots"][ctypes.c_uint32(tgid)] = ctypes.c_uint32(slot)
 
 
-def parts(procfs: Path, pid_label: bool = True) -> Parts:
+def parts(procfs: Path, pid_label: bool = True, executables: ExecutableCap | None = None,
+          expiry_seconds: float = EXPIRY_SECONDS,
+          clock: Callable[[], float] = time.monotonic) -> Parts:
     program = Program()
     program.bpf = bpf_maps.maps()
-    resolver = Resolver(str(procfs), NameCap(100))
+    resolver = Resolver(str(procfs), NameCap(100), executables)
     graphs = Graphs()
     counters = Counters(resolver, graphs, pid_label)
     polls = Polls()
     reader = MapReader(program, str(procfs), counters, graphs, resolver, polls,
-                       lambda: [LIBRARY])
+                       lambda: [LIBRARY], expiry_seconds, clock)
     return Parts(procfs, program.bpf, resolver, graphs, counters, polls, reader)

@@ -70,7 +70,8 @@ def test_a_meter_naming_no_socket_is_the_whole_system(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("text", "problem"), [
     ("0", None), ("-5000000", "negative value"), ("garbage", "not an integer"),
-    ("", None), ("18446744073709551617", "out of range")])
+    ("", None), ("18446744073709551617", "out of range"),
+    ("9" * 5000, "value of 5000 digits is out of range")])  # int(): ValueError, before
 def test_a_meter_reading_zero_negative_or_garbage_is_missing(
         tmp_path: Path, text: str, problem: str | None) -> None:
     t.power_meter(tmp_path, 1, 0, "CPU Power Socket 0", text)
@@ -168,9 +169,17 @@ def test_dump_reports_each_rail_once_by_the_ladder(tmp_path: Path) -> None:
     assert "socket0 package taken from the ACPI power meter" in doctor
 
 
-def test_garbage_meter_fails_the_collector_not_the_scrape(tmp_path: Path) -> None:
-    t.grace(tmp_path)["CPU"].write_text("-3\n")
+@pytest.mark.parametrize("garbage", ["-3", "9" * 5000])
+def test_garbage_meter_fails_the_collector_not_the_scrape(tmp_path: Path,
+                                                          garbage: str) -> None:
+    """A 5,000-digit value (issue #32) took the whole power collector down (int() past
+    Python's 4,300 digits raised out of it): now one rail is missing, the others read."""
+    t.grace(tmp_path)["CPU"].write_text(garbage + "\n")
+    rapl = t.intel_two_sockets(tmp_path, start_uj=5_000_000)
+    rapl["package-1"].write_text(garbage + "\n")  # a RAPL counter read as garbage too
     s = parse(run_cli(["dump", *flags(tmp_path)]).stdout)
+    assert not find(s, "hw_energy_joules_total", hw_id="socket1", hw_power_rail="package")
+    assert value(s, "hw_energy_joules_total", hw_id="socket1", hw_power_rail="dram") == 5.0
     assert value(s, "gpu_exporter_collector_success", collector="power") == 0
     assert not find(s, "hw_power_watts", hw_power_rail="cpu")
     assert value(s, "hw_power_watts", hw_power_rail="sysio") == 60.0

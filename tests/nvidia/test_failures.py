@@ -242,6 +242,7 @@ def test_xid_events_are_counted(fake_lib: Path, tmp_path: Path) -> None:
     with running(fake_lib, sc, tmp_path) as exp:
         s = parse(exp.scrape())
         assert value(s, "hw_errors_total", hw_id=uuid(6), error_type="xid") == 0
+        assert not find(s, "hw_gpu_xid_last_code")  # no XID yet: no last one
         sc.devices[6].xids = [13, 79, 13, 4000]  # 4000: a code past NVIDIA's catalog
         sc.write()
 
@@ -261,10 +262,18 @@ def test_xid_events_are_counted(fake_lib: Path, tmp_path: Path) -> None:
         assert value(s, "hw_status", hw_id=uuid(6), hw_state="failed") == 1  # 79: off the bus
         assert value(s, "hw_errors_total", hw_id=uuid(5), error_type="xid") == 0
         assert not find(s, "hw_gpu_xid_errors_total", hw_id=uuid(5))
+        # the last code, dcgm-exporter's DCGM_FI_DEV_XID_ERRORS, on that GPU alone
+        assert value(s, "hw_gpu_xid_last_code", hw_id=uuid(6)) == 4000
+        assert [x.labels["hw_id"] for x in find(s, "hw_gpu_xid_last_code")] == [uuid(6)]
         # each event is delivered once: later scrapes do not count it again
         time.sleep(0.6)
         s = parse(exp.scrape())
         assert value(s, "hw_errors_total", hw_id=uuid(6), error_type="xid") == 4
+        # and the last code is held after the event
+        assert value(s, "hw_gpu_xid_last_code", hw_id=uuid(6)) == 4000
+        sc.devices[6].xids.append(31)  # a later event replaces it
+        sc.write()
+        wait_for(exp, lambda s: value(s, "hw_gpu_xid_last_code", hw_id=uuid(6)) == 31)
 
 
 def test_gpu_hanging_at_discovery_delays_nothing(fake_lib: Path, tmp_path: Path) -> None:

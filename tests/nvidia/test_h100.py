@@ -88,9 +88,10 @@ def test_promtool_and_golden(h100_scrape: str) -> None:
 
 
 # Families of the spec NVML cannot give an H100 SXM: RPM is a hwmon reading (AMD/Intel);
-# the board has no fan; XID counts appear with the first event (tested elsewhere).
+# the board has no fan; XID counts and the last XID appear with the first event (tested
+# elsewhere).
 NOT_FROM_H100 = {c.HW_GPU_FAN_SPEED_RPM.name, c.HW_GPU_FAN_SPEED_RATIO.name,
-                 c.HW_GPU_XID_ERRORS.name,
+                 c.HW_GPU_XID_ERRORS.name, c.HW_GPU_XID_LAST.name,
                  # older GPUs (page retirement) and vGPU guests only: tests/nvidia/test_recovery.py
                  c.HW_GPU_MEMORY_RETIRED_PAGES.name, c.HW_GPU_VGPU_LICENSE_STATE.name,
                  # device families of the processes collector (attribution, allocations)

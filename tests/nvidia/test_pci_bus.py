@@ -11,10 +11,10 @@ import os
 from pathlib import Path
 
 from tests.fake_nvml import scenario as fake
-from tests.helpers import find, parse, promtool_check_metrics, run_cli, value
+from tests.helpers import Series, find, parse, promtool_check_metrics, run_cli, value
 from tests.nvidia import driverfs, pcibus
 from tests.nvidia.conftest import nvidia_only, running
-from tests.nvidia.test_failures import uuid
+from tests.nvidia.test_failures import uuid, wait_for
 from tests.nvidia.test_features import states
 
 ADDRESSES = [f"0000:{b}:00.0" for b in fake.H100_BUS]
@@ -165,3 +165,71 @@ def test_a_gpu_nvml_counts_but_cannot_identify_is_found_on_the_bus_without_proc(
     assert value(s, "hw_gpu_up", gpu_pci_address=ADDRESSES[3], gpu_index="3") == 0
     assert value(s, "hw_status", gpu_pci_address=ADDRESSES[3], hw_state="failed") == 1
     assert len(find(s, "hw_gpu_up")) == 8
+
+
+def _bare_host(tmp_path: Path) -> list[str]:
+    """No /proc/driver/nvidia and no PCI bus to name a GPU by (a container without either
+    mounted): NVML's answers are all the exporter has."""
+    (tmp_path / "sys").mkdir()
+    (tmp_path / "proc").mkdir()
+    return [f"--path.sysfs={tmp_path / 'sys'}", f"--path.procfs={tmp_path / 'proc'}"]
+
+
+def _others_keep_their_index(s: list[Series]) -> None:
+    got = {x.labels["hw_id"]: x.labels["gpu_index"] for x in find(s, "hw_gpu_up")
+           if "hw_id" in x.labels}
+    assert got == {uuid(i): str(i) for i in range(8) if i != 3}, got
+
+
+def test_a_gpu_lost_at_start_without_proc_or_bus_is_down_by_its_index(tmp_path: Path) -> None:
+    """GPU 3 lost before NVML gave its PCI address or UUID: `hw_gpu_up 0` and
+    `hw_status` failed by its NVML index (no gpu_pci_address, no hw_id to give), and GPUs
+    4-7 keep theirs."""
+    sc = fake.h100x8()
+    sc.devices[3].errors["nvmlDeviceGetPciInfo_v3"] = "GPU_IS_LOST"
+    with running(fake.build(), sc, tmp_path, _bare_host(tmp_path)) as exp:
+        text = exp.scrape()
+        logs = exp.logs()
+    promtool_check_metrics(text)
+    s = parse(text)
+    down = [x for x in find(s, "hw_gpu_up") if x.value == 0]
+    assert [x.labels for x in down] == [
+        {"gpu_index": "3", "hw_vendor": "nvidia", "host_name": down[0].labels["host_name"]}]
+    assert value(s, "hw_status", gpu_index="3", hw_state="failed") == 1
+    assert len(find(s, "hw_gpu_up")) == 8
+    _others_keep_their_index(s)
+    assert value(s, "gpu_exporter_collector_success", collector="nvidia") == 0
+    assert "GPU is lost" in logs and "Traceback" not in logs
+
+
+def test_a_gpu_lost_after_its_pci_address_keeps_it(tmp_path: Path) -> None:
+    """Lost after NVML gave its PCI address (the UUID call fails): keyed by that address."""
+    sc = fake.h100x8()
+    sc.devices[3].errors["nvmlDeviceGetUUID"] = "GPU_IS_LOST"
+    with running(fake.build(), sc, tmp_path, _bare_host(tmp_path)) as exp:
+        s = parse(exp.scrape())
+    assert value(s, "hw_gpu_up", gpu_index="3", gpu_pci_address=ADDRESSES[3]) == 0
+    assert value(s, "hw_status", gpu_pci_address=ADDRESSES[3], hw_state="failed") == 1
+    _others_keep_their_index(s)
+
+
+def test_a_gpu_hung_at_start_without_proc_or_bus_is_down_by_its_index(tmp_path: Path) -> None:
+    """GPU 3's first NVML call hangs past the scrape timeout: down by its NVML index, its
+    state unknown (no hw_status: a hang is not yet a failure), the others' indices kept;
+    once it answers it is read in full under the same index."""
+    sc = fake.h100x8()
+    sc.devices[3].hangs["nvmlDeviceGetPciInfo_v3"] = 3.0
+    with running(fake.build(), sc, tmp_path, [*_bare_host(tmp_path), "--scrape.timeout=1"]) \
+            as exp:
+        s = parse(exp.scrape())
+        down = [x for x in find(s, "hw_gpu_up") if x.value == 0]
+        assert [(x.labels["gpu_index"], "gpu_pci_address" in x.labels, "hw_id" in x.labels)
+                for x in down] == [("3", False, False)]
+        assert not find(s, "hw_status", gpu_index="3")
+        assert len(find(s, "hw_gpu_up")) == 8
+        _others_keep_their_index(s)
+        sc.devices[3].hangs.clear()
+        sc.write()
+        s = wait_for(exp, lambda s: all(x.value == 1 for x in find(s, "hw_gpu_up"))
+                     and len(find(s, "hw_gpu_up")) == 8, timeout=15)
+    assert value(s, "hw_gpu_up", hw_id=uuid(3), gpu_index="3") == 1

@@ -37,6 +37,7 @@ from tests.helpers import (
     find,
     parse,
     promtool_check_metrics,
+    run_cli,
     value,
 )
 from tests.nvidia import driverfs
@@ -133,6 +134,14 @@ def _node(lib: Path, tmp: Path, pods: list[Pod], sc: fake.Scenario | None = None
           ) -> Iterator[tuple[Exporter, FakeKubelet, Path]]:
     """The exporter (NVIDIA and processes collectors) on the H100 host's driver tree,
     the fake kubelet serving `pods`; yields the exporter, the kubelet and the /proc."""
+    flags, env, proc = _node_flags(lib, tmp, sc)
+    with kubelet(tmp / "kubelet.sock", pods) as kube, exporter(flags, env=env) as exp:
+        yield exp, kube, proc
+
+
+def _node_flags(lib: Path, tmp: Path, sc: fake.Scenario | None = None
+                ) -> tuple[list[str], dict[str, str], Path]:
+    """The flags and environment of _node's exporter, and its /proc."""
     sc = sc or fake.Scenario(devices=[fake.h100(i) for i in range(3)])
     path = sc.write(tmp / "gpus.scenario")
     sock = tmp / "kubelet.sock"
@@ -144,8 +153,7 @@ def _node(lib: Path, tmp: Path, pods: list[Pod], sc: fake.Scenario | None = None
              f"--path.sysfs={tmp / 'sys'}",
              f"--processes.cdi-spec-dirs={tmp / 'etc-cdi'},{tmp / 'run-cdi'}"]
     (tmp / "sys").mkdir(exist_ok=True)
-    with kubelet(sock, pods) as kube, exporter(flags, env=fake.env(lib, path)) as exp:
-        yield exp, kube, proc
+    return flags, fake.env(lib, path), proc
 
 
 def _scrape(lib: Path, tmp: Path, pods: list[Pod]) -> list[Series]:
@@ -201,6 +209,35 @@ def test_an_unresolvable_dra_device_is_counted_never_guessed(lib: Path,
     assert _allocations(s) == {(uuid(1), "dra-0", "single-gpu")}
     assert _dra_state(s) == ["unavailable"]
     assert value(s, "gpu_exporter_dra_devices_unresolved") == 1
+
+
+def test_a_hostile_spec_is_skipped_and_named_and_the_claim_stays_resolved(
+        lib: Path, tmp_path: Path) -> None:
+    """Issue #32: a 400 KB spec of nested brackets raised RecursionError out of the CDI
+    reader, the collector failed every scrape and k8s_gpu_allocation_info went to 0.
+    Now the file is skipped and named in `processes.cdi_specs` (and doctor); the claim
+    of the real spec beside it resolves, `processes.dra` stays enabled."""
+    nvidia_claim_spec(tmp_path / "run-cdi", CLAIM_UID, {"gpu-1": 1})
+    (tmp_path / "etc-cdi").mkdir()
+    (tmp_path / "etc-cdi" / "nested.json").write_bytes(b"[" * 200_000 + b"]" * 200_000)
+    pods = [Pod("ml", "dra-0", [Container("main", claims=[Claim(
+        "ml", "single-gpu", "gpu.nvidia.com", (f"{VENDOR}/claim={CLAIM_UID}-gpu-1",))])])]
+    with _node(lib, tmp_path, pods) as (exp, _, _):
+        s = parse(exp.scrape())
+        assert _allocations(s) == {(uuid(1), "dra-0", "single-gpu")}
+        assert value(s, "gpu_exporter_collector_success", collector="processes") == 1
+        assert _dra_state(s) == ["enabled"]
+        [specs] = [x for x in find(s, "gpu_exporter_feature_status",
+                                   feature="processes.cdi_specs") if x.value == 1]
+        assert specs.labels["state"] == "unavailable"
+        assert _allocations(parse(exp.scrape())) == {(uuid(1), "dra-0", "single-gpu")}
+        logs = exp.logs()
+    assert "RecursionError" not in logs and "Traceback" not in logs
+    flags, env, _ = _node_flags(lib, tmp_path)
+    with kubelet(tmp_path / "kubelet.sock", pods):
+        doctor = run_cli(["doctor", *flags], env=env).stdout
+    assert f"{tmp_path / 'etc-cdi' / 'nested.json'}: not read: nested deeper than 32" \
+        in doctor, doctor
 
 
 def test_a_kubelet_without_dra_fields_gives_no_dra_state(lib: Path, tmp_path: Path) -> None:

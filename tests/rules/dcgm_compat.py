@@ -17,6 +17,7 @@ UNIT_TESTS = REPO / "alerts" / "dcgm" / "tests" / "dcgm-compat.test.yml"
 FIXTURES = REPO / "tests" / "fixtures" / "dcgm"
 DASHBOARD = FIXTURES / "dcgm-exporter-dashboard.json"
 DEFAULT_COUNTERS = FIXTURES / "default-counters.csv"
+RENAMES = FIXTURES / "renames.csv"
 
 # Families the pack reads that issue #22's sections 1-2 add, built in parallel: the rules
 # are checked (promtool, vmalert, unit tests on synthetic series), but the end-to-end test
@@ -49,3 +50,9 @@ def default_counters() -> dict[str, bool]:
         name = row[0].strip()
         out[name] = out.get(name, False) or enabled
     return out
+
+
+def renames() -> list[dict[str, str]]:
+    """dcgm-exporter 4.9 and 4.10's names (tests/fixtures/dcgm/README.md says whence):
+    old, new, release, unit, source."""
+    return list(csv.DictReader(RENAMES.read_text().splitlines()))

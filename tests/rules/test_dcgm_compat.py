@@ -21,6 +21,7 @@ from tests.rules.dcgm_compat import (
     UNIT_TESTS,
     default_counters,
     generator,
+    renames,
 )
 from tests.rules.promql import metric_names
 
@@ -38,7 +39,7 @@ def test_the_table_covers_every_field_of_dcgm_exporters_default_list() -> None:
         assert rows[name].default == enabled, name
         assert rows[name].listed == "default-counters.csv", name
     for f in FIELDS:
-        if f.name not in listed:
+        if f.name not in listed and not f.since:
             assert not f.default and f.listed != "default-counters.csv", f.name
 
 
@@ -56,7 +57,63 @@ def test_each_field_is_recreated_or_says_why() -> None:
             "DCGM_FI_DEV_FB_RESERVED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_USED",
             "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_VGPU_LICENSE_STATUS"} <= recreated
     no = {f.name for f in FIELDS if f.default and not f.recreated}
-    assert no == {"DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DRIVER_VERSION"}, no
+    assert no == {"DCGM_FI_DRIVER_VERSION", "DCGM_FI_SYSTEM_DRIVER_VERSION"}, no
+    # the last XID, under both of its names, from the exporter's last-XID family
+    for name in ("DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_XID_ERROR"):
+        assert {f.name: f for f in FIELDS}[name].families == ("hw_gpu_xid_last_code",)
+
+
+def test_every_name_of_4_9_and_4_10_is_in_the_table_with_its_release() -> None:
+    rows = {f.name: f for f in FIELDS}
+    recorded = renames()
+    assert len(recorded) >= 40, recorded
+    for r in recorded:
+        f = rows[r["new"]]
+        assert (f.since, f.replaces) == (r["release"], r["old"]), r
+        if r["old"]:
+            assert rows[r["old"]].renamed == r["release"] and not rows[r["old"]].since, r
+            assert rows[r["old"]].default == f.default, r
+        assert r["source"] in {"alias", "go-dcgm", "dcgm-4.7", "release-4.9.0",
+                               "release-4.10.0"}, r
+    assert {f.name for f in FIELDS if f.since} == {r["new"] for r in recorded}
+    # NVIDIA's 4.9.0 release notes: 23 default fields (the driver label one of them)
+    # renamed, eleven with a new unit, and the capacity collected by default
+    renamed_defaults = [r for r in recorded if r["release"] == "4.9" and r["old"]
+                        and rows[r["old"]].default]
+    assert len(renamed_defaults) == 23, [r["old"] for r in renamed_defaults]
+    assert sum(" -> " in r["unit"] for r in renamed_defaults) == 11
+    assert rows["DCGM_FI_DEV_FB_CAPACITY_BYTES"].default
+    # 4.10.0: four profiling fields, same unit
+    assert sorted(r["new"] for r in recorded if r["release"] == "4.10") == sorted(
+        f"DCGM_FI_PROF_{bus}_{d}X_BYTES_PER_SECOND" for bus in ("PCIE", "NVLINK")
+        for d in "TR")
+
+
+@pytest.mark.parametrize("release", gen.RELEASES)
+def test_a_pack_for_one_release_records_its_names_only(tmp_path: Path, release: str) -> None:
+    out = tmp_path / f"dcgm-{release}.rules.yml"
+    assert gen.main(["--dcgm-exporter", release, "--out", str(out)]) == 0
+    text = out.read_text()
+    records = set(re.findall(r"(?m)^  - record: (\S+)$", text))
+    want = {f.name for f in FIELDS if f.recreated and f.served_by(release)}
+    assert records == want
+    old = "DCGM_FI_DEV_GPU_TEMP" in records
+    new = "DCGM_FI_DEV_GPU_TEMP_CELSIUS" in records
+    assert (old, new) == ((True, False) if release == "4.8" else (False, True))
+    assert ("DCGM_FI_PROF_PCIE_TX_BYTES_PER_SECOND" in records) == (release == "4.10")
+    assert ("DCGM_FI_PROF_PCIE_TX_BYTES" in records) == (release != "4.10")
+    label = '"DCGM_FI_DRIVER_VERSION"' if release == "4.8" else '"DCGM_FI_SYSTEM_DRIVER_VERSION"'
+    other = '"DCGM_FI_SYSTEM_DRIVER_VERSION"' if release == "4.8" else '"DCGM_FI_DRIVER_VERSION"'
+    assert label in text and other not in text
+    res = subprocess.run([require_tool("promtool"), "check", "rules", str(out)],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_the_committed_pack_serves_every_generation() -> None:
+    records = set(re.findall(r"(?m)^  - record: (\S+)$", PACK.read_text()))
+    for release in gen.RELEASES:
+        assert {f.name for f in FIELDS if f.recreated and f.served_by(release)} <= records
 
 
 def test_every_family_a_field_reads_is_the_exporters_or_awaited() -> None:
@@ -175,3 +232,61 @@ def test_the_catalogues_dcgm_notes_agree_with_the_table() -> None:
                 assert family.name in rows[name].families, (family.name, name)
                 checked += 1
     assert checked >= 10, checked
+
+
+# -- the migration guide (docs/migrating-from-dcgm-exporter.md) ------------------------------
+GUIDE = REPO / "docs" / "migrating-from-dcgm-exporter.md"
+# a name of ours in the guide's text: not part of a path (gpu_exporter/…) or a longer word
+OUR_NAME = re.compile(r"(?<![\w/.-])((?:hw|gpu|process|k8s)_[a-z0-9_]*[a-z0-9])(?![\w/])")
+
+
+def _known_names() -> set[str]:
+    """Every family of the catalogue, its histogram series, and every label a family or
+    a device carries."""
+    known = set(BY_NAME) | set(DEVICE_LABELS) | {"host_name"}
+    for family in BY_NAME.values():
+        known |= set(family.labels)
+        known |= {f"{family.name}_{suffix}" for suffix in ("bucket", "sum", "count")}
+    return known
+
+
+def test_every_name_of_ours_the_guide_uses_is_in_the_catalogue() -> None:
+    text = GUIDE.read_text()
+    used = set(OUR_NAME.findall(text))
+    assert {"hw_gpu_xid_last_code", "hw_gpu_xid_errors_total",
+            "hw_gpu_utilization_ratio"} <= used, used  # the pattern finds them
+    unknown = sorted(used - _known_names())
+    assert not unknown, f"{GUIDE.name} names what the exporter does not serve: {unknown}"
+
+
+def test_every_dcgm_name_the_guide_calls_recreated_is_a_record_of_the_pack() -> None:
+    text = GUIDE.read_text()
+    records = set(re.findall(r"(?m)^  - record: (\S+)$", PACK.read_text()))
+    rows = re.findall(r"(?m)^\| `(DCGM_[A-Z0-9_]+)` \|(.*)\|$", text)
+    assert len(rows) == len(FIELDS), len(rows)
+    for name, rest in rows:
+        said_no = "**not recreated**" in rest.rsplit("|", 1)[-1]
+        assert said_no == (name not in records), name
+    # and every DCGM name of the prose is one the table knows: recreated, or said why not
+    table = {name for name, _ in rows}
+    prose = re.sub(r"(?s)<!-- mapping: generated.*?<!-- end of mapping -->", "", text)
+    names = {n.rstrip("_") for n in re.findall(r"DCGM_(?:FI|EXP)_[A-Z0-9_]+", prose)}
+    # `…_BYTES_PER_SECOND` and `{TX,RX}` spellings stand for names the table lists
+    names = {n for n in names if not n.endswith(("_PROF_PCIE", "_PROF_NVLINK"))}
+    assert "DCGM_FI_DEV_XID_ERROR" in names and "DCGM_FI_DEV_GPU_UTIL_RATIO" in names
+    assert names <= table, sorted(names - table)
+    for name in ("DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_XID_ERROR",
+                 "DCGM_FI_DEV_GPU_TEMP_CELSIUS", "DCGM_FI_DEV_FB_CAPACITY_BYTES",
+                 "DCGM_FI_PROF_PCIE_TX_BYTES_PER_SECOND"):
+        assert name in records, name
+
+
+def test_the_guide_has_no_stale_promise() -> None:
+    text = GUIDE.read_text()
+    for stale in ("until the exporter serves", "once the awaited", "issue #22 adds",
+                  "awaited families"):
+        assert stale not in text, stale
+    head = text[:text.index("## Labels")]
+    for breaker in ("XID alerts", "Renamed names", "Units"):
+        assert f"**{breaker}.**" in head, breaker
+    assert "dcgmExporter.enabled=false" in text and "nvidia.com/gpu.deploy.dcgm-exporter" in text

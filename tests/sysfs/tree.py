@@ -197,6 +197,7 @@ class FakeSysfs:
             os.symlink(os.path.relpath(card / f"card{number}-{conn}", drm),
                        drm / f"card{number}-{conn}")
         self._link_pci(address, device)
+        self._link_driver(address, device)
         out = Card(name, address, number, device, card)
         self.cards[address] = out
         return out
@@ -204,6 +205,15 @@ class FakeSysfs:
     def _link_pci(self, address: str, folder: Path) -> None:
         bus = self.root / "bus" / "pci" / "devices"
         os.symlink(os.path.relpath(folder, bus), bus / address)
+
+    def _link_driver(self, address: str, folder: Path) -> None:
+        """The driver core's bind link, bus/pci/drivers/<driver>/<address>."""
+        uevent = (folder / "uevent").read_text(errors="replace").split("\0", 1)[0]
+        driver = dict(line.partition("=")[::2] for line in uevent.splitlines()).get("DRIVER")
+        if driver:
+            drivers = self.root / "bus" / "pci" / "drivers" / driver.strip()
+            drivers.mkdir(parents=True, exist_ok=True)
+            os.symlink(os.path.relpath(folder, drivers), drivers / address)
 
     def add_plain(self, name: str, number: int) -> Path:
         """The capture as it is: `class/drm/cardN` a folder whose `device` is a plain
@@ -289,6 +299,8 @@ class FakeSysfs:
             if link.name == f"card{card.number}" or link.name.startswith(f"card{card.number}-"):
                 link.unlink()
         (self.root / "bus" / "pci" / "devices" / address).unlink()
+        for bound in (self.root / "bus" / "pci" / "drivers").glob(f"*/{address}"):
+            bound.unlink()  # the driver core unbinds it
         shutil.rmtree(card.device)
 
 

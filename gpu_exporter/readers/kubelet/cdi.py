@@ -33,6 +33,7 @@ import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any
 
 import yaml
@@ -53,6 +54,29 @@ MIG_MINORS = "driver/nvidia-caps/mig-minors"
 # 32 GPUs x 15 GPU instances x 9 lines of about 25 bytes: 110 kB
 MAX_MIG_MINORS_BYTES = 1 << 20
 _SUFFIXES = (".json", ".yaml", ".yml")
+# Any program may write a spec (every DRA driver's, not only a GPU one's): its shape is
+# bounded before it is built, not only its bytes. A CDI spec is some 7 levels deep
+# (spec, devices, device, containerEdits, deviceNodes, node, a value) and its writers
+# (the Go CDI library's yaml/json marshalling) never emit an alias. A 400 KB file of
+# nested brackets raised RecursionError out of json.loads; a 744 KB YAML of merge-key
+# aliases (`<<: [*a, *a, ...]`, which PyYAML copies at each level) grew past 1.6 GB.
+MAX_SPEC_DEPTH = 32
+# Nodes (scalars and collections) of one YAML spec: a spec of 1,024 devices of 20 nodes
+# each is 20,000.
+MAX_SPEC_NODES = 100_000
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_BRACKETS = b"[]{}"
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in _BRACKETS)
+_STEP = [0] * 256
+_STEP[ord("[")] = _STEP[ord("{")] = 1
+_STEP[ord("]")] = _STEP[ord("}")] = -1
+_Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_NULLS = frozenset(("", "~", "null", "Null", "NULL"))
+_NO_KEY = object()
+
+
+class SpecRefused(ValueError):
+    """A spec whose shape is past the bounds: skipped, a problem naming it."""
 
 
 @dataclass
@@ -61,6 +85,8 @@ class CdiDevices:
 
     nodes: dict[str, tuple[str, ...]] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)  # malformed or duplicated specs
+    skipped: list[str] = field(default_factory=list)  # of problems, files not read at all
+    files: int = 0  # spec files read
 
 
 def _device_nodes(edits: Any) -> tuple[str, ...]:
@@ -75,10 +101,72 @@ def _device_nodes(edits: Any) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _json_depth(text: bytes) -> int:
+    """The deepest nesting of brackets outside strings: json.loads recurses once per
+    level, so it is measured before (in C-speed passes: 1 MiB of brackets in ~40 ms)."""
+    brackets = _JSON_STRING.sub(b'""', text).translate(None, _NOT_BRACKETS)
+    return max(accumulate(map(_STEP.__getitem__, brackets)), default=0)
+
+
+def _yaml_spec(text: bytes) -> Any:
+    """The spec built from its events (libyaml, streamed), refusing an alias, nesting
+    past MAX_SPEC_DEPTH and more than MAX_SPEC_NODES nodes at the first event past the
+    bound. Scalars stay strings (a plain empty or `null` one is None), tags are not
+    followed: the spec is read for its names and paths only, and PyYAML's constructor
+    took 2.5 s for 33,000 small mappings where this takes a tenth of that."""
+    root: Any = None
+    stack: list[Any] = []  # the open collections, innermost last
+    keys: list[Any] = []  # per open mapping, the key waiting for its value
+    nodes = documents = 0
+
+    def add(value: Any) -> None:
+        nonlocal root
+        if not stack:
+            root = value
+        elif isinstance(stack[-1], list):
+            stack[-1].append(value)
+        elif keys[-1] is _NO_KEY:
+            if not isinstance(value, str | None):
+                raise SpecRefused("a mapping key that is not a string")
+            keys[-1] = value
+        else:
+            stack[-1][keys[-1]] = value
+            keys[-1] = _NO_KEY
+
+    for event in yaml.parse(text, Loader=_Loader):
+        if isinstance(event, yaml.AliasEvent):
+            raise SpecRefused("an alias (*name): CDI specs are written without one")
+        if isinstance(event, yaml.DocumentStartEvent):
+            documents += 1
+            if documents > 1:
+                raise SpecRefused("more than one YAML document")
+        elif isinstance(event, yaml.NodeEvent):
+            nodes += 1
+            if nodes > MAX_SPEC_NODES:
+                raise SpecRefused(f"more than {MAX_SPEC_NODES} nodes")
+            if isinstance(event, yaml.ScalarEvent):
+                plain = event.implicit[0] and not event.style  # libyaml: '', PyYAML: None
+                add(None if plain and event.value in _NULLS else event.value)
+                continue
+            if len(stack) >= MAX_SPEC_DEPTH:
+                raise SpecRefused(f"nested deeper than {MAX_SPEC_DEPTH} levels")
+            collection: Any = {} if isinstance(event, yaml.MappingStartEvent) else []
+            add(collection)
+            stack.append(collection)
+            keys.append(_NO_KEY)
+        elif isinstance(event, yaml.CollectionEndEvent):
+            stack.pop()
+            keys.pop()
+    return root
+
+
 def _parse(path: str, text: bytes) -> Any:
     if path.endswith(".json"):
+        depth = _json_depth(text)
+        if depth > MAX_SPEC_DEPTH:
+            raise SpecRefused(f"nested deeper than {MAX_SPEC_DEPTH} levels ({depth})")
         return json.loads(text)
-    return yaml.safe_load(text)
+    return _yaml_spec(text)
 
 
 def load(dirs: Iterable[str]) -> CdiDevices:
@@ -98,13 +186,17 @@ def load(dirs: Iterable[str]) -> CdiDevices:
             path = os.path.join(folder, name)
             try:
                 spec = _parse(path, files.read_capped(path, MAX_SPEC_BYTES))
-            except (OSError, ValueError, yaml.YAMLError) as exc:
-                out.problems.append(f"{path}: not read: {str(exc)[:120]}")
+            except (OSError, ValueError, RecursionError, yaml.YAMLError) as exc:
+                reason = " ".join(str(exc).split())  # one line (libyaml's span three)
+                out.problems.append(f"{path}: not read: {reason[:120]}")
+                out.skipped.append(out.problems[-1])
                 continue
+            out.files += 1
             kind = spec.get("kind") if isinstance(spec, dict) else None
             devices = spec.get("devices") if isinstance(spec, dict) else None
             if not isinstance(kind, str) or not isinstance(devices, list):
                 out.problems.append(f"{path}: not a CDI spec (no kind or devices)")
+                out.skipped.append(out.problems[-1])
                 continue
             for device in devices:
                 if not isinstance(device, dict) or not isinstance(device.get("name"), str):

@@ -26,10 +26,13 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from gpu_exporter.model.vendors import VENDOR_IDS, Vendor
+from gpu_exporter.model.vendors import GPU_DRIVERS, VENDOR_IDS, Vendor
 from gpu_exporter.readers import files
 from gpu_exporter.readers.file_values import read_text, read_uevent
 
+# The GPU drivers whose bound devices <sysfs>/bus/pci/drivers/<driver>/ links (the driver
+# core's bind link): how a device whose own folder cannot be read is still known a GPU.
+# Both tables come from the vendor registry (model/vendors.py).
 GPU_CLASSES = (0x03, 0x12)  # display controller, processing accelerator
 _CARD = re.compile(r"card(\d+)")
 # [domain:]bus:device.function; NVML writes an 8-digit domain, sysfs 4 (more for VMD).
@@ -67,6 +70,11 @@ class PciGpu:
     virtual_function: bool = False  # an SR-IOV VF (it has a `physfn` link)
 
     @property
+    def unreadable(self) -> str | None:
+        """Why nothing of it can be read (None: it can)."""
+        return None
+
+    @property
     def card_number(self) -> int | None:
         if self.card is None:
             return None
@@ -84,12 +92,17 @@ def discover(sysfs: str | Path, vendors: Iterable[Vendor] | None = None) -> dict
         names = sorted(os.listdir(pci_root))
     except OSError:
         names = []
+    bound: dict[str, str] | None = None
     for name in names:
         address = normalize_pci_address(name)
         if address is None:
             continue
         card = cards.get(address)
         gpu = _identify(address, pci_root / name, card, wanted)
+        if gpu is None and _closed(pci_root / name):
+            if bound is None:
+                bound = _bound_gpus(root)
+            gpu = _unreadable(address, pci_root / name, bound.get(address), wanted)
         if gpu is not None:
             found[address] = gpu
     # A card whose PCI device is not listed under bus/pci (a partial mount) is still a card.
@@ -99,6 +112,59 @@ def discover(sysfs: str | Path, vendors: Iterable[Vendor] | None = None) -> dict
             if gpu is not None:
                 found[address] = gpu
     return dict(sorted(found.items()))
+
+
+@dataclass(frozen=True)
+class UnreadablePciGpu(PciGpu):
+    """A GPU whose PCI folder is mode 000 to the exporter's user: known through its
+    driver's bind link, reported `hw_gpu_up 0` with `reason`, never read."""
+
+    reason: str = ""
+
+    @property
+    def unreadable(self) -> str | None:
+        return self.reason
+
+
+def _closed(device: Path) -> bool:
+    """Whether the device's folder may not be opened (mode 000 to this user)."""
+    try:
+        os.listdir(device)
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
+def _bound_gpus(root: Path) -> dict[str, str]:
+    """PCI address -> GPU driver, from the drivers' bind links (bus/pci/drivers/<d>/)."""
+    out: dict[str, str] = {}
+    for driver in GPU_DRIVERS:
+        try:
+            names = sorted(os.listdir(root / "bus" / "pci" / "drivers" / driver))
+        except OSError:
+            continue  # not loaded
+        for name in names:
+            address = normalize_pci_address(name)
+            if address is not None:
+                out.setdefault(address, driver)
+    return out
+
+
+def _unreadable(address: str, device: Path, driver: str | None,
+                wanted: frozenset[str]) -> PciGpu | None:
+    """A GPU whose PCI folder cannot be opened, known by its driver's bind link alone;
+    None for a device no GPU driver is bound to (what it is cannot be told)."""
+    vendor = GPU_DRIVERS.get(driver or "")
+    if vendor is None or vendor not in wanted:
+        return None
+    vendor_id = next(i for i, v in VENDOR_IDS.items() if v == vendor)
+    return UnreadablePciGpu(
+        pci_address=address, vendor=vendor, vendor_id=vendor_id, device_id=None,
+        class_code=None, driver=driver, device_path=device, card=None, card_path=None,
+        reason=f"{device}: permission denied (its PCI folder may not be opened by the "
+        "exporter's user)")
 
 
 def _drm_cards(root: Path) -> dict[str, tuple[str, Path]]:

@@ -11,12 +11,13 @@ the symbol tables.
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import struct
 from array import array
 from bisect import bisect_right
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from gpu_exporter.readers import files
@@ -32,6 +33,15 @@ STT_OBJECT = 1
 _FUNCTION_TYPES = (STT_FUNC, STT_GNU_IFUNC)
 SHN_UNDEF = 0
 _NAME_MAX = 1 << 16
+# The work per file is capped: the eBPF collector runs as root and reads every library
+# any process maps. Symbols of all tables together: libtorch_cuda.so and libcublasLt
+# hold a few hundred thousand; 2 Mi (48 MiB of tables) are read in 1.1 s here, a
+# file with more is refused (ElfError), not read in part.
+MAX_SYMBOLS = 1 << 21
+_U64 = (1 << 64) - 1
+# Symbols at one address looked through for the one holding a code address: real
+# libraries give a function a few aliases; a file giving it a million costs no more.
+_ALIASES_MAX = 64
 
 
 class ElfError(Exception):
@@ -84,7 +94,7 @@ class ElfFile:
         self._m = m
         try:
             self.segments, self._tables = _headers(m)
-        except (ValueError, IndexError, struct.error) as exc:
+        except (ValueError, IndexError, OverflowError, struct.error) as exc:
             raise ElfError(str(exc)) from exc
         self._symbols: ElfSymbols | None = None
         self._objects: ElfSymbols | None = None
@@ -147,7 +157,7 @@ class ElfFile:
         if self._symbols is None:
             try:
                 self._symbols = _all_functions(self._m, self.segments, self._tables, False)
-            except (ValueError, IndexError, struct.error) as exc:
+            except (ValueError, IndexError, OverflowError, struct.error) as exc:
                 raise ElfError(str(exc)) from exc
         return self._symbols
 
@@ -159,7 +169,7 @@ class ElfFile:
             try:
                 self._objects = _all_functions(self._m, self.segments, self._tables, False,
                                                (STT_OBJECT,))
-            except (ValueError, IndexError, struct.error) as exc:
+            except (ValueError, IndexError, OverflowError, struct.error) as exc:
                 raise ElfError(str(exc)) from exc
         return self._objects
 
@@ -184,8 +194,8 @@ class ElfSymbols:
         i = bisect_right(self._starts, vaddr) - 1
         if i < 0:
             return None
-        start = self._starts[i]
-        while i >= 0 and self._starts[i] == start:
+        start, stop = self._starts[i], max(-1, i - _ALIASES_MAX)
+        while i > stop and self._starts[i] == start:
             if vaddr < self._ends[i] or vaddr == start:
                 return self._name(self._names[i])
             i -= 1
@@ -202,7 +212,10 @@ def read_symbols(path: str, wanted: Iterable[str] | None = None) -> ElfSymbols:
     `functions` holds the names in `wanted` (every name when None)."""
     elf = ElfFile.open(path)
     if wanted is None:
-        return _all_functions(elf._m, elf.segments, elf._tables, True)
+        try:
+            return _all_functions(elf._m, elf.segments, elf._tables, True)
+        except (ValueError, IndexError, OverflowError, struct.error) as exc:
+            raise ElfError(f"{path}: {exc}") from exc
     syms = elf.symbols()
     syms.functions = elf.functions(wanted)
     return syms
@@ -215,6 +228,14 @@ def _headers(m: mmap.mmap) -> tuple[tuple[Segment, ...], tuple[_SymbolTable, ...
         raise ElfError("not a 64-bit little-endian ELF file")
     (_, _, _, _, _, phoff, shoff, _, _, phentsize, phnum, shentsize, shnum,
      _) = _EHDR.unpack_from(m, 0)
+    # Entries of another size than the ELF64 structs would be read overlapping (an
+    # entsize of 1 read a 4 MiB table as 4 Mi symbols): refused, as readelf does.
+    if phnum and phentsize != _PHDR.size:
+        raise ElfError(f"program headers of {phentsize} bytes, not {_PHDR.size}")
+    if shnum and shentsize != _SHDR.size:
+        raise ElfError(f"section headers of {shentsize} bytes, not {_SHDR.size}")
+    if phoff + phnum * phentsize > len(m) or shoff + shnum * shentsize > len(m):
+        raise ElfError("headers beyond the end of the file")
     segments = []
     for i in range(phnum):
         p_type, _, p_offset, p_vaddr, _, p_filesz, _, _ = _PHDR.unpack_from(
@@ -222,7 +243,7 @@ def _headers(m: mmap.mmap) -> tuple[tuple[Segment, ...], tuple[_SymbolTable, ...
         if p_type == PT_LOAD:
             segments.append(Segment(p_offset, p_vaddr, p_filesz))
     sections = [_SHDR.unpack_from(m, shoff + i * shentsize) for i in range(shnum)]
-    tables = []
+    tables: dict[tuple[int, int], _SymbolTable] = {}  # one table named twice is read once
     for sh in sections:
         sh_type, sh_offset, sh_size, sh_link, sh_entsize = sh[1], sh[4], sh[5], sh[6], sh[9]
         if sh_type not in (SHT_SYMTAB, SHT_DYNSYM) or sh_link >= len(sections):
@@ -230,9 +251,14 @@ def _headers(m: mmap.mmap) -> tuple[tuple[Segment, ...], tuple[_SymbolTable, ...
         str_off, str_size = sections[sh_link][4], sections[sh_link][5]
         if sh_offset + sh_size > len(m) or str_off + str_size > len(m):
             raise ElfError("symbol table beyond the end of the file")
-        tables.append(_SymbolTable(sh_offset, sh_size, sh_entsize or _SYM.size, str_off,
-                                   str_size))
-    return tuple(segments), tuple(tables)
+        if (sh_entsize or _SYM.size) != _SYM.size or sh_size % _SYM.size:
+            continue  # not a table of ELF64 symbols: none of it is read
+        tables[(sh_offset, sh_size)] = _SymbolTable(sh_offset, sh_size, _SYM.size, str_off,
+                                                    str_size)
+    count = sum(t.size // _SYM.size for t in tables.values())
+    if count > MAX_SYMBOLS:
+        raise ElfError(f"{count} symbols, more than {MAX_SYMBOLS} (not read)")
+    return tuple(segments), tuple(tables.values())
 
 
 def _all_functions(m: mmap.mmap, segments: tuple[Segment, ...],
@@ -241,23 +267,42 @@ def _all_functions(m: mmap.mmap, segments: tuple[Segment, ...],
     functions: dict[str, int] = {}
     starts, ends, names = array("Q"), array("Q"), array("Q")
     for t in tables:
-        for off in range(t.offset, t.offset + t.size - t.entsize + 1, t.entsize):
-            st_name, st_info, _, st_shndx, st_value, st_size = _SYM.unpack_from(m, off)
-            if st_info & 0xF not in kinds or st_shndx == SHN_UNDEF:
-                continue
-            if st_value == 0 or st_name >= t.str_size:
-                continue
-            name_at = t.str_offset + st_name
-            starts.append(st_value)
-            ends.append(st_value + st_size)
-            names.append(name_at)
-            if not by_name:
-                continue
-            end = m.find(b"\0", name_at, t.str_offset + t.str_size)
-            raw = m[name_at:end if end >= 0 else t.str_offset + t.str_size]
-            functions.setdefault(raw.decode("utf-8", "replace"), st_value)
+        # entsize is _SYM.size and size a multiple of it (_headers keeps no other table)
+        view = memoryview(m)[t.offset:t.offset + t.size]
+        try:
+            _table_functions(m, t, _SYM.iter_unpack(view), kinds, by_name, functions,
+                             (starts, ends, names))
+        finally:
+            # An error mid-table leaves the iterator (in its traceback) holding the view,
+            # which then goes with the traceback.
+            with contextlib.suppress(BufferError):
+                view.release()
     order = sorted(range(len(starts)), key=starts.__getitem__)
     return ElfSymbols(
         m, functions, segments, array("Q", (starts[i] for i in order)),
         array("Q", (ends[i] for i in order)), array("Q", (names[i] for i in order)),
     )
+
+
+def _table_functions(m: mmap.mmap, t: _SymbolTable,
+                     entries: Iterator[tuple[int, int, int, int, int, int]],
+                     kinds: tuple[int, ...], by_name: bool, functions: dict[str, int],
+                     columns: tuple[array[int], array[int], array[int]]) -> None:
+    """The symbols of one table of `kinds` into `columns` (start, end, name offset);
+    `functions` name -> address when `by_name`. `entries` ends when this returns, so
+    that the caller may release the view it reads."""
+    starts, ends, names = columns
+    for st_name, st_info, _, st_shndx, st_value, st_size in entries:
+        if st_info & 0xF not in kinds or st_shndx == SHN_UNDEF:
+            continue
+        if st_value == 0 or st_name >= t.str_size:
+            continue
+        name_at = t.str_offset + st_name
+        starts.append(st_value)
+        ends.append(min(st_value + st_size, _U64))  # both are the file's: may overflow
+        names.append(name_at)
+        if not by_name:
+            continue
+        end = m.find(b"\0", name_at, t.str_offset + t.str_size)
+        raw = m[name_at:end if end >= 0 else t.str_offset + t.str_size]
+        functions.setdefault(raw.decode("utf-8", "replace"), st_value)

@@ -27,7 +27,12 @@ from gpu_exporter.sources.ebpf.libraries import Scanner
 from gpu_exporter.sources.ebpf.library_probes import Attacher
 from gpu_exporter.sources.ebpf.loader import Program
 from gpu_exporter.sources.ebpf.maps import MapReader
-from gpu_exporter.sources.ebpf.names import NameCap
+from gpu_exporter.sources.ebpf.names import (
+    EXECUTABLES_MAX,
+    EXPIRY_SECONDS,
+    ExecutableCap,
+    NameCap,
+)
 from gpu_exporter.sources.ebpf.reading import CudaActivity, NvmlView
 from gpu_exporter.sources.ebpf.rescans import Scans
 from gpu_exporter.sources.ebpf.resolve import Resolver
@@ -41,8 +46,10 @@ class Engine:
     at a time), the files with probes the attacher's, graphs their own."""
 
     def __init__(self, procfs: str, names_max: int, pid_label: bool,
-                 rescan_interval: float, mechanism: str = "auto") -> None:
-        self.resolver = Resolver(procfs, NameCap(names_max))
+                 rescan_interval: float, mechanism: str = "auto",
+                 executables_max: int = EXECUTABLES_MAX,
+                 expiry_seconds: float = EXPIRY_SECONDS) -> None:
+        self.resolver = Resolver(procfs, NameCap(names_max), ExecutableCap(executables_max))
         self.scanner = Scanner(procfs)
         self.graphs = Graphs()
         self.program = Program(mechanism)
@@ -54,7 +61,8 @@ class Engine:
                                 rescan_interval)
         self.counters = Counters(self.resolver, self.graphs, pid_label)
         self.maps = MapReader(self.program, procfs, self.counters, self.graphs, self.resolver,
-                              self.events.polls, lambda: self.attached_libraries)
+                              self.events.polls, lambda: self.attached_libraries,
+                              expiry_seconds)
         self.maps.durations = self.events.durations
 
     @property

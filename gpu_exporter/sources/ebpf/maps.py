@@ -23,7 +23,7 @@ from gpu_exporter.sources.ebpf.durations import Durations, Key
 from gpu_exporter.sources.ebpf.events import Polls
 from gpu_exporter.sources.ebpf.graphs import Graphs
 from gpu_exporter.sources.ebpf.loader import Program, scalar
-from gpu_exporter.sources.ebpf.names import OTHER
+from gpu_exporter.sources.ebpf.names import EXPIRY_SECONDS, OTHER
 from gpu_exporter.sources.ebpf.reading import (
     BLOCK_BOUNDS_LOG2,
     BYTES_BOUNDS_LOG2,
@@ -54,9 +54,11 @@ Totals = dict[tuple[int, CallKey, int], int]
 
 @dataclass
 class _Totals:
-    """Counts folded in from processes that have exited (their map entries are freed)."""
+    """Counts folded in from processes that have exited (their map entries are freed),
+    and when each series (family, key) last had a count folded in."""
 
     values: dict[tuple[int, CallKey, int], int] = field(default_factory=lambda: defaultdict(int))
+    last: dict[tuple[int, CallKey], float] = field(default_factory=dict)
 
 
 class HoldBack:
@@ -112,7 +114,9 @@ class MapReader:
     """Reads the BPF maps at scrape (one read at a time) and folds the exited."""
 
     def __init__(self, program: Program, procfs: str, counters: Counters, graphs: Graphs,
-                 resolver: Resolver, polls: Polls, attached: Callable[[], list[str]]) -> None:
+                 resolver: Resolver, polls: Polls, attached: Callable[[], list[str]],
+                 expiry_seconds: float = EXPIRY_SECONDS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.program = program
         self.procfs = procfs
         self.counters = counters
@@ -121,6 +125,8 @@ class MapReader:
         self.attached = attached
         self.hold = HoldBack(counters, graphs, polls)
         self._retired = _Totals()
+        self.expiry_seconds = expiry_seconds
+        self._clock = clock
         # the samples counted in user space (durations.py), read with `stats`
         self.durations = Durations()
         self._read_lock = threading.Lock()
@@ -162,12 +168,17 @@ class MapReader:
             return tgid in held and not self.resolver.knows_executable(tgid)
 
         dead_stats, dead_shapes, final_stats = [], [], []
+        # What the processes still counted hold: their series and executables' labels
+        # (a series of theirs is never expired, see _expire).
+        live_series: set[tuple[int, CallKey]] = set()
+        labels: set[str] = set()
         for k, v in stats:
             if not counted(int(k.tgid)):
                 dead_stats.append(k)
                 continue
             if nameless(int(k.tgid)):
                 continue
+            labels.add(self.resolver.executable(int(k.tgid)))
             if serial(k.fam, k.sub, k.id) in retired.get(int(k.tgid), ()):
                 final_stats.append(k)
                 continue
@@ -175,6 +186,7 @@ class MapReader:
                 for key, n in self.counters.counter_rows(STATS, int(k.tgid), k.fam, k.sub, k.id,
                                                  int(k.dev), k.slot, scalar(v)):
                     totals[key] += n
+                    live_series.add(key[:2])
         in_slots: dict[int, set[int]] = defaultdict(set)
         for tgid, v in shapes:
             if not counted(tgid):
@@ -182,8 +194,10 @@ class MapReader:
                 continue
             if nameless(tgid):
                 continue
+            labels.add(self.resolver.executable(tgid))
             for key, n in self.counters.shape_rows(tgid, v):
                 totals[key] += n
+                live_series.add(key[:2])
             for launch in v.launches:
                 api, ident, _ = launch_tag(int(launch.tag))
                 graph_serial = serial(abi.FAM_LAUNCH, api, ident)
@@ -191,9 +205,40 @@ class MapReader:
                     in_slots[tgid].add(graph_serial)
         self._fold(dead_stats, dead_shapes, totals)
         self._fold_retired(final_stats, retired, in_slots, totals)
+        self._expire(totals, live_series, labels)
         self.graphs.prune(counted)  # processes that made graphs but never ran one
         self._prune_captures(alive)
-        return activity(totals, self._dropped(), self.attached())
+        return activity(totals, self._dropped(), self.attached(),
+                        self.resolver.executables.folded_total)
+
+    def _retire(self, key: tuple[int, CallKey, int], n: int, totals: Totals) -> None:
+        """`n` of an exited process (or a retired graph) folded into our own totals."""
+        self._retired.values[key] += n
+        totals[key] += n
+        series = key[:2]
+        if series not in self._retired.last:
+            self.resolver.executables.hold(series[1].executable)
+        self._retired.last[series] = self._clock()
+
+    def _expire(self, totals: Totals, live: set[tuple[int, CallKey]],
+                labels: set[str]) -> None:
+        """Drops the series of exited processes that nothing counted since
+        `expiry_seconds`: the whole series goes (every bucket of a histogram), never a
+        part, so no counter goes down; one a process still counted adds to, or whose
+        executable's label a counted process has (its launches may be pending a graph's
+        event this read), stays. Its executable's place under the cap is given back."""
+        old = self._clock() - self.expiry_seconds
+        gone = {series for series, at in self._retired.last.items()
+                if at <= old and series not in live and series[1].executable not in labels}
+        if not gone:
+            return
+        for key in [k for k in self._retired.values if k[:2] in gone]:
+            del self._retired.values[key]
+            totals.pop(key, None)
+        for series in gone:
+            del self._retired.last[series]
+            executable = series[1].executable
+            self.resolver.executables.release(executable, executable)
 
     def _prune_captures(self, alive: Callable[[int], bool]) -> None:
         """Captures whose process exited without ending them: no longer open (so launches
@@ -232,8 +277,7 @@ class MapReader:
                 tgids.add(tgid)
                 folded.extend(rows)
         for key, n in folded:
-            self._retired.values[key] += n
-            totals[key] += n
+            self._retire(key, n, totals)
         completion.forget(self._bpf, tgids, self._entries)
         for tgid in tgids:
             self.resolver.forget(tgid)
@@ -275,8 +319,7 @@ class MapReader:
                 continue
             moved.append(k)
             for key, m in rows:
-                self._retired.values[key] += m
-                totals[key] += m
+                self._retire(key, m, totals)
         return moved
 
     def _fold_retired(self, final_stats: list[Any], retired: dict[int, set[int]],
@@ -344,9 +387,11 @@ class MapReader:
         return dropped
 
 
-def activity(totals: Totals, dropped: dict[str, int], attached: list[str]) -> CudaActivity:
+def activity(totals: Totals, dropped: dict[str, int], attached: list[str],
+             executables_folded: int = 0) -> CudaActivity:
     """The typed reading of the rows counted so far (`dropped`: the drop counters by
-    name; `attached`: the library files with probes)."""
+    name; `attached`: the library files with probes; `executables_folded`: processes
+    reported as process_executable_name="other")."""
     launches: dict[CallKey, int] = defaultdict(int)
     errors: dict[CallKey, int] = defaultdict(int)
     hists: dict[tuple[int, CallKey], dict[int, int]] = defaultdict(dict)
@@ -394,4 +439,5 @@ def activity(totals: Totals, dropped: dict[str, int], attached: list[str]) -> Cu
         dropped=dropped,
         attached_libraries=attached,
         kernel_names_overflow=overflow,
+        executables_folded=executables_folded,
     )

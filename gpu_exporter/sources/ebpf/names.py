@@ -148,3 +148,71 @@ class NameCap:
                 return OTHER
             self._names.add(name)
             return name
+
+
+# Distinct process_executable_name values with series of their own, by default
+# (--ebpf.executable-names-max). spec/series-budget.yml allows a process 110 series of
+# the families without a kernel name: 65 labels (64 names and `other`) stay within
+# 7,150, under the 10,000 a page may hold. A launch loop costs about 35: 1,500 names of
+# one made 52,878 series uncapped (tests/drills/test_ebpf_drills.py).
+EXECUTABLES_MAX = 64
+# Seconds a series of exited processes is kept after the last count folded into it, by
+# default (--ebpf.exited-series-expiry; sources/ebpf/maps.py drops it, freeing its
+# executable's place): long enough for many scrapes to read its final value, short
+# enough that a stream of short-lived programs does not pile up.
+EXPIRY_SECONDS = 600.0
+
+
+class ExecutableCap:
+    """At most `limit` distinct process_executable_name values with series of their own;
+    the processes of the others are reported as `other`. Assignment is sticky: a name
+    holds its place while anything holds it (a live process of that name, a series of
+    exited ones not yet expired), and a name folded stays folded while a live process of
+    it is folded: a process's counts never move between its own series and `other`.
+    A name is free again (admitted or folded afresh) once nothing holds it. `unknown`
+    (and a program named `other`) is never capped. `folded_total`: processes reported
+    as `other`, each counted once."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.folded_total = 0
+        self._own: dict[str, int] = {}  # name -> holders
+        self._folded: dict[str, int] = {}  # name -> live processes folded
+        self._lock = threading.Lock()
+
+    def acquire(self, name: str) -> str:
+        """The label of a new process of `name`, held until `release(name, label)`."""
+        with self._lock:
+            if name in (UNKNOWN, OTHER):
+                return name
+            if name in self._own:
+                self._own[name] += 1
+                return name
+            if name not in self._folded and len(self._own) < self.limit:
+                self._own[name] = 1
+                return name
+            self._folded[name] = self._folded.get(name, 0) + 1
+            self.folded_total += 1
+            return OTHER
+
+    def hold(self, label: str) -> None:
+        """A series of exited processes under `label` appeared: it holds the name."""
+        with self._lock:
+            if label in self._own:
+                self._own[label] += 1
+
+    def release(self, name: str, label: str) -> None:
+        """A process of `name` reported as `label` was forgotten, or (name == label) a
+        series holding the name expired."""
+        with self._lock:
+            if name in (UNKNOWN, OTHER):
+                return
+            held = self._folded if label == OTHER else self._own
+            left = held.get(name, 0) - 1
+            if left > 0:
+                held[name] = left
+            else:
+                held.pop(name, None)
+
+    def __len__(self) -> int:
+        return len(self._own)

@@ -108,6 +108,9 @@ class CudaActivity:
     dropped: Mapping[str, int]  # reason -> events lost since start
     attached_libraries: Sequence[str]  # paths as the first process seen mapping them saw
     kernel_names_overflow: int  # launches reported as cuda_kernel_name="other"
+    # processes whose executable was past the cap, reported as process_executable_name=
+    # "other" (each counted once)
+    executables_folded: int = 0
     # (issue #27) successful cudaStreamWaitEvent calls; the bound on the time each held
     # its stream, where the awaited event's completion was seen
     stream_waits: Sequence[CallCount] = ()

@@ -13,7 +13,7 @@ from gpu_exporter.model import ebpf_abi as abi
 from gpu_exporter.readers.sysfs.pci import normalize_pci_address
 from gpu_exporter.sources.ebpf.elf import ElfError, ElfFile, ElfSymbols
 from gpu_exporter.sources.ebpf.libraries import FileId, Mapping, open_path, read_maps
-from gpu_exporter.sources.ebpf.names import UNKNOWN, NameCap, kernel_name
+from gpu_exporter.sources.ebpf.names import UNKNOWN, ExecutableCap, NameCap, kernel_name
 
 Handle = tuple[int, int]  # (tgid, handle value)
 
@@ -26,9 +26,11 @@ _ALIAS_DEPTH: Final = 4
 
 
 class Resolver:
-    def __init__(self, procfs: str, cap: NameCap) -> None:
+    def __init__(self, procfs: str, cap: NameCap,
+                 executables: ExecutableCap | None = None) -> None:
         self.procfs = procfs
         self.cap = cap
+        self.executables = executables if executables is not None else ExecutableCap(1 << 62)
         self._lock = threading.RLock()
         # The files processes map, by identity, opened while a process mapped them: a
         # kernel is named from its file even after the process has exited.
@@ -36,7 +38,8 @@ class Resolver:
         # The last maps seen of each process that maps a CUDA library.
         self._maps: dict[int, list[Mapping]] = {}
         self._dead: set[int] = set()  # processes found gone by one rescan
-        self._exe: dict[int, str] = {}
+        self._exe: dict[int, str] = {}  # process -> its label (capped: see executables)
+        self._exe_names: dict[int, str] = {}  # process -> its executable's own name
         self._handle_names: dict[Handle, str] = {}
         self._aliases: dict[Handle, int] = {}  # CUfunction -> the CUkernel it came from
         self._kernel_host: dict[Handle, int] = {}  # cudaKernel_t -> its host stub
@@ -142,8 +145,9 @@ class Resolver:
             except OSError:
                 name = comm or ""
             name = name.removesuffix(" (deleted)") or UNKNOWN
-            self._exe[tgid] = name
-            return name
+            label = self._exe[tgid] = self.executables.acquire(name)
+            self._exe_names[tgid] = name
+            return label
 
     def kernel_label(self, tgid: int, api: int, ident: int) -> str:
         """The cuda_kernel_name of a launch key: resolved once, capped, then fixed."""
@@ -230,7 +234,9 @@ class Resolver:
         with self._lock:
             self._maps.pop(tgid, None)
             self._dead.discard(tgid)
-            self._exe.pop(tgid, None)
+            label = self._exe.pop(tgid, None)
+            if label is not None:
+                self.executables.release(self._exe_names.pop(tgid), label)
             for d in (self._handle_names, self._aliases, self._kernel_host, self._device_ids):
                 for k in [k for k in d if k[0] == tgid]:
                     del d[k]

@@ -1,7 +1,9 @@
 """XID events: one listener thread per NVML session, blocked in nvmlEventSetWait_v2,
-counting critical XID errors per device and code. Counts start at zero when the session
-starts. Each GPU registers itself when it is identified (on its own discovery worker,
-so a GPU that hangs there delays no other); whether it could is its `nvidia.xid` state.
+counting critical XID errors per device and code, and keeping the code of each device's
+last one (dcgm-exporter's DCGM_FI_DEV_XID_ERRORS). Counts start at zero, and no last code
+is known, when the session starts. Each GPU registers itself when it is identified (on its
+own discovery worker, so a GPU that hangs there delays no other); whether it could is its
+`nvidia.xid` state.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ class XidListener:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._counts: dict[str, dict[int, int]] = {}
+        self._last: dict[str, int] = {}  # device key -> code of its last XID
         self._by_handle: dict[int, str] = {}
         self._stop = threading.Event()
         self._set: Any = None
@@ -96,12 +99,20 @@ class XidListener:
             if _address(handle) in self._by_handle:
                 self._by_handle[_address(handle)] = key
                 self._counts[key] = {}
+                self._last.pop(key, None)
 
     def counts(self, key: str) -> dict[int, int] | None:
         """Events counted on a device by code; None when it is not listened to."""
         with self._lock:
             counts = self._counts.get(key)
             return None if counts is None else dict(counts)
+
+    def last(self, key: str) -> int | None:
+        """The code of the last XID on a device; None before its first, or when it is not
+        listened to. Held until the session ends (the exporter or NVML starts again), as
+        DCGM holds its XID field's last value until its host engine restarts."""
+        with self._lock:
+            return self._last.get(key)
 
     def stuck_seconds(self) -> float:
         """How long the current wait has outlived its own timeout (0: it has not)."""
@@ -146,6 +157,7 @@ class XidListener:
                 xid = int(data.eventData)
                 codes = self._counts[key]
                 codes[xid] = codes.get(xid, 0) + 1
+                self._last[key] = xid
             log.warning("XID %d on %s", xid, key)
 
     def stop(self, wait: float = 0.0) -> None:

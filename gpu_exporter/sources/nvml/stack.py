@@ -94,8 +94,9 @@ class Session:
 
 @dataclass(frozen=True)
 class Missing:
-    """A GPU this exporter is given but cannot read: reported `hw_gpu_up 0`, or, known
-    by its NVML index only (no PCI address, no UUID), as a failure only."""
+    """A GPU this exporter is given but cannot read: reported `hw_gpu_up 0`, by its PCI
+    address, or by its NVML index alone where neither NVML, the driver nor the bus gave
+    one."""
 
     key: str  # for the failure's log-once key
     identity: GpuIdentity | None
@@ -158,8 +159,10 @@ class GivenGpus:
             message = str(why) if why is not None else (
                 f"NVIDIA device {index} has not answered its identity (a call hangs)")
             state: HealthState | None = "failed" if why is not None and why.lost else None
-            identity = (None if pci is None else
-                        self._identity(session, pci, (index,), driver.get(pci)))
+            # Without a PCI address (no driver list, no bus to name it) it is still
+            # reported, by its NVML index: its gpu_index stays, the others' do not shift.
+            identity = self._identity(session, pci, (index,),
+                                      driver.get(pci) if pci is not None else None)
             out.append(Missing(f"gpu{index}", identity, state, message))
         after = session.count if session is not None else 0
         for g in unmatched:
@@ -181,11 +184,12 @@ class GivenGpus:
         return out
 
 
-    def _identity(self, session: Session | None, pci: str, order_key: tuple[int | str, ...],
-                  g: DriverGpu | None) -> GpuIdentity:
+    def _identity(self, session: Session | None, pci: str | None,
+                  order_key: tuple[int | str, ...], g: DriverGpu | None) -> GpuIdentity:
         """What is known of a GPU that cannot be read: its identity read earlier in this
-        process, else what the driver lists (a UUID only once the driver has one)."""
-        known = self.known.get(pci)
+        process, else what the driver lists (a UUID only once the driver has one); with
+        no PCI address, its NVML index alone (`order_key`)."""
+        known = self.known.get(pci) if pci is not None else None
         if known is not None:
             return dataclasses.replace(known, order_key=order_key)
         version = session.version if session is not None else None

@@ -118,16 +118,18 @@ def _flag(values: Mapping[str, float], name: str) -> bool | None:
     return None if value is None else bool(value)
 
 
-def read(dev: NvmlDevice, xids: Mapping[int, int] | None = None) -> DeviceResult:
+def read(dev: NvmlDevice, xids: Mapping[int, int] | None = None,
+         last_xid: int | None = None) -> DeviceResult:
     """One scrape of one physical device and its MIG devices. `xids`: the listener's
-    counts for this device (None when it does not listen to it). Raises NvmlGone."""
+    counts for this device (None when it does not listen to it); `last_xid`: the code of
+    its last XID (None before the first). Raises NvmlGone."""
     call = Calls(dev.identity.key)
     try:
         gpm = dev.gpm.read(time.monotonic, call.failures) if dev.gpm is not None else ()
         own = {s.device: s.reading for s in gpm if s.gpu_instance_id is None}
         shared = {s.gpu_instance_id: s.reading for s in gpm if s.gpu_instance_id is not None}
         reading, module_watts = _read_physical(
-            call, dev, xids, own.get(dev.identity.key), shared)
+            call, dev, xids, own.get(dev.identity.key), shared, last_xid)
     except DeviceLost as exc:
         call.failures.append((f"{dev.identity.key}:lost",
                               f"GPU {dev.identity.key} is lost: {exc}"))
@@ -156,7 +158,7 @@ def down(dev: NvmlDevice, state: HealthState | None = None) -> tuple[GpuReading,
 
 def _read_physical(call: Calls, dev: NvmlDevice, xids: Mapping[int, int] | None,
                    gpm: GpmReading | None, gpm_instances: Mapping[int, GpmReading],
-                   ) -> tuple[GpuReading, float | None]:
+                   last_xid: int | None = None) -> tuple[GpuReading, float | None]:
     h = dev.handle
     utilization: dict[GpuTask, float] = {}
     controller = None
@@ -219,6 +221,7 @@ def _read_physical(call: Calls, dev: NvmlDevice, xids: Mapping[int, int] | None,
         io_bytes=io,
         errors=errors,
         xid_errors=dict(xids or {}),
+        last_xid=last_xid if xids is not None else None,
         throttle_active=throttle,
         state=health(errors, throttle, values, xids or {}),
         pcie_link=pcie.link(call, h, dev.pcie_max or PcieLink()),
