@@ -261,10 +261,20 @@ def _web_config(params: dict[str, Any]) -> WebConfig:
         raise  # not reached: _fault exits
 
 
+def _on_hangup(_signum: int, _frame: object) -> None:
+    # SIGHUP's default action ends the process (a closed terminal, `kill -HUP` from a habit
+    # of reloading daemons). exporter-toolkit does not reload on it either: the web config
+    # is re-read when its file changes; flags need a restart.
+    log.info("received signal SIGHUP: ignored (the web config file is re-read when it "
+             "changes; restart to apply changed flags)")
+
+
 def serve(params: dict[str, Any]) -> None:
     from gpu_exporter.http.app import ListenError, make_server
     from gpu_exporter.http.server import HttpServer
 
+    # From the first moment: a SIGHUP while collectors start must not end the process.
+    signal.signal(signal.SIGHUP, _on_hangup)
     # Checked before any collector starts: a bad file is a fault, not a half-start.
     web_config = _web_config(params)
     bound: list[HttpServer] = []

@@ -8,8 +8,9 @@ import asyncio
 import gzip
 import html
 import logging
+import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
@@ -21,7 +22,13 @@ from prometheus_client.registry import CollectorRegistry
 
 from gpu_exporter import __version__
 from gpu_exporter.http.server import HttpServer, Limits, Request, Response, error_response
-from gpu_exporter.http.webconfig import AuthBusy, BasicAuth, CertificateReloader, WebConfig
+from gpu_exporter.http.webconfig import (
+    AuthBusy,
+    AuthLimited,
+    BasicAuth,
+    LiveWebConfig,
+    WebConfig,
+)
 from gpu_exporter.model import flagtypes
 from gpu_exporter.model.settings import ConfigError
 from gpu_exporter.scrape.render import ESCAPINGS, TextRenderer
@@ -74,7 +81,8 @@ class App:
     in bounded thread pools, never on the front's event loop."""
 
     def __init__(self, registry: CollectorRegistry, telemetry_path: str = "/metrics",
-                 auth: BasicAuth | None = None, workers: int = SCRAPE_WORKERS) -> None:
+                 auth: BasicAuth | None = None, workers: int = SCRAPE_WORKERS,
+                 web: LiveWebConfig | None = None) -> None:
         self.registry = registry
         # prometheus_client's own /metrics application: content negotiation (text,
         # OpenMetrics), gzip, and `name[]` filtering, exactly as the library serves them.
@@ -83,9 +91,13 @@ class App:
         # escaping; no `name[]`): the library's bytes, rendered faster.
         self.text = TextRenderer()
         self.telemetry_path = telemetry_path
-        self.auth = auth
+        self._auth = auth
+        # The web config in effect when serving (re-read when its file changes): its
+        # users replace `auth`.
+        self.web = web
         self._workers = ThreadPoolExecutor(max_workers=workers,
                                            thread_name_prefix="http-scrape")
+        self._shared = SharedRenders(self._workers)
 
     async def __call__(self, request: Request) -> Response:
         head = request.method == "HEAD"
@@ -109,9 +121,9 @@ class App:
         if denied is not None:
             return denied
         if path == self.telemetry_path:
-            loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(self._workers, self._metrics, query,
-                                              request.headers, head)
+            if request.gone():  # nobody would read it: not rendered
+                return error_response(503, "client gone")
+            return await self._metrics(query, request.headers, head)
         if path == "/":
             return _text(200, landing_page(self.telemetry_path).encode(), head,
                          content_type="text/html; charset=utf-8")
@@ -119,32 +131,66 @@ class App:
             return _text(200, b"ok\n", head)
         return _text(404, b"404 page not found\n", head)
 
+    @property
+    def auth(self) -> BasicAuth | None:
+        if self.web is not None:
+            self.web.refresh()
+            return self.web.auth
+        return self._auth
+
+    async def admit(self, request: Request) -> Response | None:
+        """The front asks before it reads a request's body: the answer that refuses it
+        (401, 429, 503), or None."""
+        return await self._denied(request, request.target.partition("?")[0],
+                                  request.method == "HEAD")
+
     async def _denied(self, request: Request, path: str, head: bool) -> Response | None:
         # /healthz stays open so liveness probes and the image's HEALTHCHECK need no
         # password; it tells nothing but "ok".
-        if self.auth is None or path == "/healthz":
+        auth = self.auth
+        if auth is None or path == "/healthz" or request.admitted:
             return None
         try:
-            if await self.auth.check_async(request.headers.get("authorization")):
+            if await auth.check_async(request.headers.get("authorization"), request.peer):
                 return None
         except AuthBusy:
             return _text(503, b"503 too many password checks at once, retry later\n", head,
-                         [("Retry-After", "1")])
-        # One answer whatever was wrong (user, password, scheme, encoding).
+                         [("Retry-After", "1")], close=True)
+        except AuthLimited as exc:
+            # The address spent its budget of failed checks: no bcrypt (as nginx's
+            # limit_req answers, with the status RFC 6585 gives it).
+            return _text(429, b"429 too many failed logins from this address\n", head,
+                         [("Retry-After", str(max(1, math.ceil(exc.retry_after))))],
+                         close=True)
+        # One answer whatever was wrong (user, password, scheme, encoding); the
+        # connection closes after it, so a client that never authenticates holds no slot
+        # (and its pipelined requests are not answered one 401 at a time).
         return _text(401, b"Unauthorized\n", head,
-                     [("WWW-Authenticate", 'Basic realm="gpu-exporter"')])
+                     [("WWW-Authenticate", 'Basic realm="gpu-exporter"')], close=True)
 
-    def _metrics(self, query: str, headers: dict[str, str], head: bool) -> Response:
+    async def _metrics(self, query: str, headers: dict[str, str], head: bool) -> Response:
         accept = accept_known_versions(headers.get("accept", ""))
         gzipped = gzip_wanted(headers.get("accept-encoding", ""))
         render = self._own_rendering(accept) if "name[]" not in parse_qs(query) else None
-        if render is not None:
-            body = render[0](self.registry)
-            out = [("Content-Type", render[1])]
-            if gzipped:
-                body = gzip.compress(body, compresslevel=GZIP_LEVEL)
-                out.append(("Content-Encoding", "gzip"))
-            return Response(200, body, out, head_only=head)
+        if render is None:
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self._workers, self._library_metrics, query,
+                                              accept, gzipped, head)
+        draw, content_type = render
+
+        def page() -> bytes:
+            body = draw(self.registry)
+            return gzip.compress(body, compresslevel=GZIP_LEVEL) if gzipped else body
+
+        body = await self._shared.get((content_type, gzipped), page)
+        out = [("Content-Type", content_type)]
+        if gzipped:
+            out.append(("Content-Encoding", "gzip"))
+        return Response(200, body, out, head_only=head)
+
+    def _library_metrics(self, query: str, accept: str, gzipped: bool, head: bool
+                         ) -> Response:
+        """prometheus_client's own answer: `name[]`, and the variants not rendered here."""
         answer: dict[str, Any] = {}
 
         def start_response(status: str, response_headers: list[tuple[str, str]]) -> None:
@@ -236,19 +282,76 @@ def make_server(
 ) -> HttpServer:
     host, port = parse_listen_address(listen_address)
     web_config = web_config or WebConfig()
-    auth = BasicAuth(web_config.basic_auth_users) if web_config.auth_required else None
-    tls = None
-    if web_config.tls is not None:
-        tls = CertificateReloader(web_config.tls, lambda msg: log.warning("%s", msg))
-    elif web_config.auth_required:
+    if web_config.tls is None and web_config.auth_required:
         log.warning("basic auth without TLS: passwords cross the network in clear text; "
                     "add tls_server_config to %s", web_config.source)
-    app = App(registry, telemetry_path, auth)
+    web = LiveWebConfig(web_config, lambda msg: log.warning("%s", msg),
+                        lambda msg: log.info("%s", msg))
+    app = App(registry, telemetry_path, web=web)
     try:
-        return HttpServer(
-            (host, port), app, Limits(read_header_timeout=read_header_timeout), tls=tls,
-            client_allowed_sans=web_config.tls.client_allowed_sans if web_config.tls else (),
-            config_headers=dict(web_config.headers))
+        return HttpServer((host, port), app, Limits(read_header_timeout=read_header_timeout),
+                          web=web, admit=app.admit)
     except OSError as exc:
         raise ListenError(f"cannot listen on {listen_address} (--web.listen-address): "
                           f"{exc.strerror or exc}") from exc
+
+
+class SharedRenders:
+    """Scrapes asking for the same page (the same rendering, gzipped or not) while it is
+    being rendered share one rendering: the next, which starts when the one in progress
+    ends, so no scrape is answered with a collection that began before it asked. However
+    many scrapers (or a burst of 600 connections' requests) wait, two renderings of a
+    page run or wait at a time, on one scrape worker."""
+
+    def __init__(self, workers: ThreadPoolExecutor) -> None:
+        self._workers = workers
+        self._running: dict[Hashable, asyncio.Future[bytes]] = {}
+        self._next: dict[Hashable, tuple[asyncio.Future[bytes], Callable[[], bytes]]] = {}
+
+    async def get(self, key: Hashable, make: Callable[[], bytes]) -> bytes:
+        loop = asyncio.get_running_loop()
+        if key not in self._running:
+            future = self._start(loop, key, make)
+        else:
+            pending = self._next.get(key)
+            if pending is None:
+                pending = self._next[key] = (loop.create_future(), make)
+                pending[0].add_done_callback(_retrieve)
+            future = pending[0]
+        # A waiter that goes (its connection closed) leaves the rendering to the others.
+        return await asyncio.shield(future)
+
+    def _start(self, loop: asyncio.AbstractEventLoop, key: Hashable,
+               make: Callable[[], bytes]) -> asyncio.Future[bytes]:
+        future = loop.run_in_executor(self._workers, make)
+        self._running[key] = future
+        future.add_done_callback(_retrieve)
+        future.add_done_callback(lambda _f: self._finished(loop, key))
+        return future
+
+    def _finished(self, loop: asyncio.AbstractEventLoop, key: Hashable) -> None:
+        del self._running[key]
+        pending = self._next.pop(key, None)
+        if pending is None:
+            return
+        waiting, make = pending
+        future = self._start(loop, key, make)
+
+        def hand_over(done: asyncio.Future[bytes]) -> None:
+            if waiting.done():
+                return
+            if done.cancelled():
+                waiting.cancel()
+            elif (exc := done.exception()) is not None:
+                waiting.set_exception(exc)
+            else:
+                waiting.set_result(done.result())
+
+        future.add_done_callback(hand_over)
+
+
+def _retrieve(future: asyncio.Future[bytes]) -> None:
+    """Mark a failure as seen: each waiter gets it (a 500), none is left for asyncio to
+    report as never retrieved."""
+    if not future.cancelled():
+        future.exception()

@@ -11,11 +11,17 @@ whole (the measurements that chose this design are in docs/web-front.md):
   `read_header_timeout` of the moment the server starts waiting for it, or the
   connection is closed; a head cut off that way is never executed;
 - at most `max_connections` connections: one more evicts the oldest connection that is
-  waiting for a head, and is refused when every connection is busy; at the file
-  descriptor limit the accept loop backs off instead of spinning;
-- bodies of GET and HEAD requests are read and discarded up to `MAX_BODY_BYTES`, larger
-  ones are refused (413); other methods are answered and the connection closed;
-- a client that goes away is one debug line; no traceback ever reaches stderr;
+  waiting for a head or sending a body, and is answered 503 and closed when every
+  connection is busy; at the file descriptor limit the accept loop backs off instead of
+  spinning;
+- bodies of GET and HEAD requests are read (after `admit`, the basic auth check, has
+  let the request in) and discarded up to `MAX_BODY_BYTES` within the head's timeout,
+  larger ones are refused (413); other methods are answered and the connection closed;
+- at most `MAX_PIPELINED` requests in a row already received behind the one answered;
+  a request of a client that has gone (or, pipelined, has ended its side) is not
+  answered: it is never handed to the handler, and nothing is written to a connection
+  that is gone;
+- a client that goes away is one debug line and a count; no traceback ever reaches stderr;
 - each connection refused or closed early is counted by its reason
   (`refusal_counts()`, the exporter's gpu_exporter_http_connections_refused_total).
 """
@@ -23,7 +29,9 @@ whole (the measurements that chose this design are in docs/web-front.md):
 from __future__ import annotations
 
 import asyncio
+import asyncio.sslproto
 import contextlib
+import dataclasses
 import errno
 import itertools
 import logging
@@ -39,7 +47,7 @@ from typing import Any, get_args
 
 import h11
 
-from gpu_exporter.http.webconfig import CertificateReloader
+from gpu_exporter.http.webconfig import LiveWebConfig
 from gpu_exporter.model.catalogue import HttpRefusalReason
 from gpu_exporter.model.logs import forget, log_once
 
@@ -61,6 +69,31 @@ LINGER_SECONDS = 1.0
 LINGER_BYTES = 256 * 1024
 MAX_CONNECTIONS = 512
 READ_CHUNK = 16 * 1024
+# Requests already received behind the one being answered (HTTP/1.1 pipelining, which
+# no scraper uses): past this many in a row, the next is answered 503 and the connection
+# closed, so one connection's buffer of requests cannot queue renders without end.
+MAX_PIPELINED = 8
+# A new connection past `max_connections`, all busy: answered 503 and closed (not reset,
+# so the client can tell "busy" from "gone"). The answer is written without waiting, and
+# what the client sent is read for at most this long before the close, by at most
+# MAX_REFUSING connections at once (past them, a reset as before).
+REFUSE_LINGER_SECONDS = 1.0
+MAX_REFUSING = 128
+_BUSY_503 = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
+    b"Retry-After: 1\r\nContent-Length: 39\r\nConnection: close\r\n\r\n"
+    b"503 too many connections, retry later\n\n"
+)
+# Python's asyncio reads TLS through a 256 KiB buffer that every connection allocates
+# and fills with zeros at once (asyncio.sslproto.SSLProtocol.max_size): 1,000 idle TLS
+# connections took 286 MB. A TLS record holds 16 KiB of data at most, so a 16 KiB read
+# buffer costs no throughput (docs/web-front.md, "Memory per TLS connection"). The one
+# event loop of this process that speaks TLS is this one.
+TLS_READ_BUFFER = 16 * 1024 + 256
+asyncio.sslproto.SSLProtocol.max_size = TLS_READ_BUFFER
+# TCP states (linux/tcp_states.h) of a connection whose client has ended its side (FIN)
+# or is gone (RST): CLOSE_WAIT, LAST_ACK, CLOSE.
+_PEER_DONE_STATES = frozenset({8, 9, 7})
 # At the file descriptor limit accept() fails at once while a connection waits: the loop
 # waits this long before it tries again instead of spinning a core.
 ACCEPT_BACKOFF_SECONDS = 0.25
@@ -81,6 +114,11 @@ class Request:
     # Names in lower case; repeated headers joined with ", " (RFC 9110 section 5.3).
     headers: dict[str, str]
     peer: str
+    # Whether the client has gone (the connection closed or reset): a handler may skip
+    # work nobody will read.
+    gone: Callable[[], bool] = field(default=lambda: False, compare=False, repr=False)
+    # The handler's `admit` (basic auth) let it in already, before its body was read.
+    admitted: bool = False
 
 
 @dataclass
@@ -93,6 +131,9 @@ class Response:
 
 
 Handler = Callable[[Request], Awaitable[Response]]
+# Asked before a request's body is read: None to let it in, or the answer (401, 429,
+# 503) that refuses it, so a client that cannot log in never has its body read.
+Admit = Callable[[Request], Awaitable[Response | None]]
 
 
 @dataclass(frozen=True)
@@ -191,14 +232,14 @@ class _Exchange:
     """One connection's life: the TLS handshake, then requests read, checked and
     answered in turn until either side closes or a limit is hit."""
 
-    def __init__(self, handler: Handler, limits: Limits, tls: CertificateReloader | None,
-                 client_allowed_sans: tuple[str, ...], config_headers: dict[str, str],
-                 table: _ConnectionTable, stop: asyncio.Event) -> None:
+    def __init__(self, handler: Handler, admit: Admit | None, limits: Limits,
+                 web: LiveWebConfig | None, table: _ConnectionTable,
+                 stop: asyncio.Event) -> None:
         self._handler = handler
+        self._admit = admit
         self._limits = limits
-        self._tls = tls
-        self._client_allowed_sans = client_allowed_sans
-        self._config_headers = config_headers
+        self._web = web
+        self._tls = web is not None and web.tls_enabled
         self._table = table
         self._refused = table.refused
         self._stop = stop
@@ -240,12 +281,11 @@ class _Exchange:
             else:
                 sock.close()
 
-
     async def _open(self, sock: socket.socket, conn: _Conn, deadline: float
                     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
         loop = asyncio.get_running_loop()
         ctx: ssl.SSLContext | None = None
-        if self._tls is not None:
+        if self._web is not None and self._tls:
             # Plain HTTP to the TLS port gets Go's 400, like exporter-toolkit.
             try:
                 async with _deadline(deadline):
@@ -260,7 +300,7 @@ class _Exchange:
                 return None
             if not first:
                 return None
-            ctx = self._tls.context()
+            ctx = self._web.context()
         reader = asyncio.StreamReader(limit=READ_CHUNK, loop=loop)
         protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
         remaining = max(0.01, deadline - time.monotonic())
@@ -277,21 +317,24 @@ class _Exchange:
                 self._refused("head_timeout" if late else "tls_handshake")
                 return None
         writer = asyncio.StreamWriter(transport, protocol, reader, loop)
-        if ctx is not None and self._client_allowed_sans and not _san_allowed(
-                transport.get_extra_info("peercert"), self._client_allowed_sans):
+        sans = self._web.client_allowed_sans() if self._web is not None else ()
+        if ctx is not None and sans and not _san_allowed(
+                transport.get_extra_info("peercert"), sans):
             log.debug("client certificate of %s has none of the allowed SANs", conn.peer)
             self._refused("tls_handshake")
             transport.abort()
             return None
         return reader, writer
 
-
     async def _requests(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                         conn: _Conn, deadline: float) -> None:
         h = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
         first = True
+        in_a_row = 0  # requests received, whole or in part, behind the one answered
+        gone = _gone_check(writer)
         while True:
             conn.waiting, conn.since = True, time.monotonic()
+            in_a_row = in_a_row + 1 if h.trailing_data[0] else 0
             try:
                 async with _deadline(deadline):
                     event = await _next(h, reader)
@@ -312,24 +355,39 @@ class _Exchange:
                               else "malformed_request")
                 await self._send(writer, h, None, error_response(
                     exc.error_status_hint, _protocol_message(exc)), conn)
-                await _linger(writer, reader)
+                await _linger(writer, reader, conn)
                 return
             if not isinstance(event, h11.Request):
                 return  # the client closed between requests
             conn.waiting = False
-            request = _request(event, conn.peer)
-            response = await self._prepare(h, reader, writer, event, request)
+            # Gone, or (for a request that came behind another) its sending side ended:
+            # nobody reads the answer (a burst of pipelined requests and a close). A first
+            # request after a half-close (`nc -N`) is still answered.
+            if gone(pipelined=in_a_row > 0):
+                self._client_gone(conn)
+                return
+            request = _request(event, conn.peer, gone)
+            if in_a_row > MAX_PIPELINED:
+                self._refused("pipeline_limit")
+                response: Response | None = error_response(
+                    503, f"more than {MAX_PIPELINED} pipelined requests")
+            else:
+                response, request = await self._prepare(h, reader, writer, event, request,
+                                                         conn)
             if response is None:
                 try:
                     response = await self._handler(request)
                 except Exception:
                     log.exception("answering %s %s failed", request.method, request.target)
                     response = error_response(500)
+            if gone():
+                self._client_gone(conn)
+                return
             await self._send(writer, h, request, response, conn)
             if h.their_state is not h11.DONE:
                 # Unread request bytes: a plain close would reset the connection and the
                 # client could lose the answer.
-                await _linger(writer, reader)
+                await _linger(writer, reader, conn)
                 return
             if response.close or h.our_state is not h11.DONE:
                 return
@@ -337,51 +395,43 @@ class _Exchange:
             first = False
             deadline = time.monotonic() + self._limits.read_header_timeout
 
+    def _client_gone(self, conn: _Conn) -> None:
+        self._refused("client_gone")
+        log.debug("client %s went away before its answer", conn.peer)
 
     async def _prepare(self, h: h11.Connection, reader: asyncio.StreamReader,
-                       writer: asyncio.StreamWriter, event: h11.Request, request: Request
-                       ) -> Response | None:
-        """Refuse what is not a request we answer, and read the body of one we do."""
+                       writer: asyncio.StreamWriter, event: h11.Request, request: Request,
+                       conn: _Conn) -> tuple[Response | None, Request]:
+        """Refuse what is not a request we answer, admit it (basic auth) and then read
+        the body of one we do."""
         if not event.http_version.startswith(b"1."):
             self._refused("malformed_request")
-            return error_response(505, "HTTP Version Not Supported")
+            return error_response(505, "HTTP Version Not Supported"), request
         names = [n for n, _ in event.headers]
         if b"transfer-encoding" in names and b"content-length" in names:
             # RFC 9112 section 6.1: a message with both is a smuggling attempt.
             self._refused("malformed_request")
-            return error_response(400, "both Transfer-Encoding and Content-Length")
+            return error_response(400, "both Transfer-Encoding and Content-Length"), request
         if request.method not in ("GET", "HEAD"):
-            return None  # the handler answers (401 or 405) and the connection closes
-        received = 0
-        try:
-            async with asyncio.timeout(IO_TIMEOUT_SECONDS):
-                while True:
-                    if h.they_are_waiting_for_100_continue:
-                        writer.write(h.send(h11.InformationalResponse(
-                            status_code=100, headers=[])) or b"")
-                    nxt = await _next(h, reader)
-                    if isinstance(nxt, h11.EndOfMessage):
-                        return None
-                    if isinstance(nxt, h11.Data):
-                        received += len(nxt.data)
-                        if received > MAX_BODY_BYTES:
-                            self._refused("body_too_large")
-                            return error_response(413, "request body too large")
-                        continue
-                    raise _Closed
-        except TimeoutError:
-            log.debug("client %s did not send its request body within %gs", request.peer,
-                      IO_TIMEOUT_SECONDS)
-            self._refused("slow_client")
-            raise _Closed from None
-
+            return None, request  # the handler answers (401 or 405), the connection closes
+        if h.their_state is h11.DONE:  # no body
+            return None, request
+        if self._admit is not None:
+            denied = await self._admit(request)
+            if denied is not None:
+                denied.close = True  # its body unread: a lingering close follows
+                return denied, request
+            request = dataclasses.replace(request, admitted=True)
+        return await _read_body(h, reader, writer, conn, self._refused,
+                                self._limits.read_header_timeout), request
 
     async def _send(self, writer: asyncio.StreamWriter, h: h11.Connection,
                     request: Request | None, response: Response, conn: _Conn) -> None:
         headers = [("Date", _http_date()),
                    *((k, v) for k, v in response.headers if k.lower() != "content-length"),
                    ("Content-Length", str(len(response.body)))]
-        headers += [(k, v) for k, v in self._config_headers.items()]
+        if self._web is not None:
+            headers += [(k, v) for k, v in self._web.headers().items()]
         if response.close:
             headers.append(("Connection", "close"))
         if request is not None:
@@ -403,9 +453,75 @@ class _Exchange:
             self._refused("slow_client")
             raise _Closed from None
         except OSError as exc:
+            self._refused("client_gone")
             log.debug("client %s went away mid-response: %s", conn.peer,
                       exc.__class__.__name__)
             raise _Closed from None
+        if writer.transport.is_closing():
+            # The write failed inside the transport (a reset): nothing more is sent, so
+            # asyncio never warns of writes to a closed connection.
+            self._refused("client_gone")
+            log.debug("client %s went away mid-response", conn.peer)
+            raise _Closed
+
+
+async def _read_body(h: h11.Connection, reader: asyncio.StreamReader,
+                     writer: asyncio.StreamWriter, conn: _Conn,
+                     refused: Callable[[HttpRefusalReason], None], timeout: float
+                     ) -> Response | None:
+    """Read and drop a GET or HEAD body: None once it is read, or the answer that refuses
+    it. Like a head it must arrive within `timeout`, and while it arrives the connection
+    may be evicted (`waiting`), so slow bodies cannot hold the slots."""
+    received = 0
+    conn.waiting, conn.since = True, time.monotonic()
+    try:
+        async with asyncio.timeout(timeout):
+            while True:
+                if h.they_are_waiting_for_100_continue:
+                    writer.write(h.send(h11.InformationalResponse(
+                        status_code=100, headers=[])) or b"")
+                nxt = await _next(h, reader)
+                if isinstance(nxt, h11.EndOfMessage):
+                    return None
+                if isinstance(nxt, h11.Data):
+                    received += len(nxt.data)
+                    if received > MAX_BODY_BYTES:
+                        refused("body_too_large")
+                        return error_response(413, "request body too large")
+                    continue
+                raise _Closed
+    except TimeoutError:
+        log.debug("client %s did not send its request body within %gs", conn.peer, timeout)
+        refused("slow_client")
+        raise _Closed from None
+    except h11.RemoteProtocolError as exc:
+        # A malformed chunked body (or a body cut off by the end of the connection).
+        log.debug("bad request body from %s: %s", conn.peer, exc)
+        refused("malformed_request")
+        return error_response(400, "malformed request body")
+    finally:
+        conn.waiting = False
+
+
+def _gone_check(writer: asyncio.StreamWriter) -> Callable[..., bool]:
+    """`gone()`: the connection is closed or reset; `gone(pipelined=True)` also when the
+    client has ended its sending side (TCP's CLOSE_WAIT, seen without reading the
+    requests still queued before its end)."""
+    transport = writer.transport
+    raw = transport.get_extra_info("socket")
+
+    def gone(pipelined: bool = False) -> bool:
+        if transport.is_closing():
+            return True
+        if raw is None:
+            return False
+        try:
+            state = raw.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)[0]
+        except OSError:
+            return True
+        return state == 7 or (pipelined and state in _PEER_DONE_STATES)
+
+    return gone
 
 
 class HttpServer:
@@ -414,18 +530,17 @@ class HttpServer:
     of connections keeps the cap, and an `_Exchange` serves each connection."""
 
     def __init__(self, address: tuple[str, int], handler: Handler, limits: Limits,
-                 tls: CertificateReloader | None = None,
-                 client_allowed_sans: tuple[str, ...] = (),
-                 config_headers: dict[str, str] | None = None) -> None:
+                 web: LiveWebConfig | None = None, admit: Admit | None = None) -> None:
         self._table = _ConnectionTable(limits.max_connections)
+        self._refusing = 0  # connections being answered 503 past the cap
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopped = threading.Event()
         # Bound to the loop on its first use (asyncio.Event since 3.10): shutdown() may
         # come before serve_forever() has started it.
         self._stop = asyncio.Event()
-        self._exchange = _Exchange(handler, limits, tls, client_allowed_sans,
-                                   dict(config_headers or {}), self._table, self._stop)
+        self._exchange = _Exchange(handler, admit, limits, web, self._table, self._stop)
+        self._tls = web is not None and web.tls_enabled
         self.socket = _listen(address)
         self.server_address = self.socket.getsockname()
         self._stop_requested = False
@@ -500,7 +615,7 @@ class HttpServer:
             peer = str(addr[0]) if isinstance(addr, tuple) else str(addr)
             conn = self._table.admit(peer)
             if conn is None:
-                _reset(sock)
+                self._refuse(sock)
                 continue
             # Held here: the event loop keeps only weak references to tasks.
             task = asyncio.create_task(self._exchange.run(sock, conn))
@@ -510,6 +625,29 @@ class HttpServer:
             # a turn for the others (requests in progress, an evicted connection closing)
             # before the next one.
             await asyncio.sleep(0)
+
+
+    def _refuse(self, sock: socket.socket) -> None:
+        """Past the cap, every connection busy: a 503 and a close, without waiting (a
+        reset when MAX_REFUSING are being refused already). Over TLS, only the close: a
+        503 would need a handshake, the costliest part of a connection."""
+        if self._refusing >= MAX_REFUSING:
+            _reset(sock)
+            return
+        self._refusing += 1
+        task = asyncio.create_task(self._refusal(sock))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _refusal(self, sock: socket.socket) -> None:
+        try:
+            if not self._tls:
+                with contextlib.suppress(OSError):
+                    sock.send(_BUSY_503)  # a new socket's buffer takes it whole
+            await _linger_raw(sock, REFUSE_LINGER_SECONDS)
+        finally:
+            self._refusing -= 1
+            sock.close()
 
 
 def _encode(h: h11.Connection, response: Response, headers: list[tuple[str, str]]
@@ -564,14 +702,14 @@ def _protocol_message(exc: h11.RemoteProtocolError) -> str:
     return "malformed request"
 
 
-def _request(event: h11.Request, peer: str) -> Request:
+def _request(event: h11.Request, peer: str, gone: Callable[[], bool]) -> Request:
     headers: dict[str, str] = {}
     for name, value in event.headers:
         key = name.decode("latin-1")
         text = value.decode("latin-1")
         headers[key] = f"{headers[key]}, {text}" if key in headers else text
     return Request(event.method.decode("latin-1"), event.target.decode("latin-1"),
-                   event.http_version.decode("latin-1"), headers, peer)
+                   event.http_version.decode("latin-1"), headers, peer, gone)
 
 
 def _deadline(when: float) -> asyncio.Timeout:
@@ -610,18 +748,24 @@ async def _peek(sock: socket.socket) -> bytes:
         return b""
 
 
-async def _linger_raw(sock: socket.socket) -> None:
+async def _linger_raw(sock: socket.socket, seconds: float = LINGER_SECONDS) -> None:
     loop = asyncio.get_running_loop()
     with contextlib.suppress(OSError):
         sock.shutdown(socket.SHUT_WR)
     read = 0
     with contextlib.suppress(OSError, TimeoutError):
-        async with asyncio.timeout(LINGER_SECONDS):
+        async with asyncio.timeout(seconds):
             while read < LINGER_BYTES and (chunk := await loop.sock_recv(sock, READ_CHUNK)):
                 read += len(chunk)
 
 
-async def _linger(writer: asyncio.StreamWriter, reader: asyncio.StreamReader) -> None:
+async def _linger(writer: asyncio.StreamWriter, reader: asyncio.StreamReader,
+                  conn: _Conn | None = None) -> None:
+    if conn is not None:
+        # Nothing more is owed to it: the first to make room for a new connection (600
+        # TLS clients refused with 401 before their slow bodies lingered a second each,
+        # and held every place).
+        conn.waiting, conn.since = True, 0.0
     with contextlib.suppress(OSError, RuntimeError, NotImplementedError):
         if writer.can_write_eof():
             writer.write_eof()

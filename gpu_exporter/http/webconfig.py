@@ -11,9 +11,7 @@ import asyncio
 import base64
 import binascii
 import hashlib
-import itertools
 import os
-import queue
 import re
 import ssl
 import threading
@@ -24,7 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpu_exporter.http.authlimits import AuthBusy, AuthLimited, FailureBudget, FairChecks
 from gpu_exporter.model.settings import ConfigError
+
+__all__ = ["AuthBusy", "AuthLimited", "BasicAuth", "WebConfig", "load_web_config"]
 
 # yaml and bcrypt (about 2 MiB resident) are imported where a web config file is loaded
 # and a password checked: most exporters run without one.
@@ -83,7 +84,21 @@ ALLOWED_HEADERS: Mapping[str, frozenset[str] | None] = {
     "X-XSS-Protection": None,
 }
 
-_BCRYPT_HASH = re.compile(r"^\$2[abxy]?\$\d\d\$[./A-Za-z0-9]{53}$")
+_BCRYPT_HASH = re.compile(r"^\$(?P<prefix>[^$]*)\$(?P<cost>\d\d)\$[./A-Za-z0-9]{53}$")
+# The prefixes bcrypt (the Python library) reads; `$2$` (the first, 1999 version) it
+# does not, and every check against such a hash would fail with an error.
+_BCRYPT_PREFIXES = ("2a", "2b", "2x", "2y")
+# bcrypt's own minimum; the maximum is gpu-exporter's (bcrypt reads up to 31). A check runs
+# on the one bcrypt thread and a scraper whose cached success expired waits for the check
+# in progress, then its own: two checks must fit in Prometheus' 10 s scrape timeout on a
+# busy node. Cost 14 took 0.9 s on the shared 2-core VM, 2.0 s loaded (16: 3.6 s and
+# 7.5 s; 31: about 3 days): docs/web-front.md, "bcrypt costs: 4 to 14". exporter-toolkit
+# (Go's bcrypt) accepts up to 31, and a login at such a cost holds its worker as long.
+MIN_BCRYPT_COST = 4
+MAX_BCRYPT_COST = 14
+# A web config is a few hundred bytes; the cap only keeps a wrong path (a log, an image)
+# from being read whole.
+MAX_CONFIG_BYTES = 1 << 20
 _BCRYPT_MAX_PASSWORD_BYTES = 72
 
 _TOP_KEYS = frozenset({"tls_server_config", "http_server_config", "basic_auth_users"})
@@ -287,18 +302,48 @@ def build_ssl_context(tls: TLSSettings, source: str = "") -> ssl.SSLContext:
     return ctx
 
 
+_RECIPE = ("(make one with `htpasswd -nBC 12 \"\" | tr -d ':\\n'` or "
+           "`python3 -c 'import bcrypt; print(bcrypt.hashpw(b\"...\", "
+           "bcrypt.gensalt()).decode())'`)")
+
+
 def _parse_users(source: str, raw: dict[str, Any]) -> dict[str, bytes]:
     users = {}
     for user, hashed in raw.items():
         if not isinstance(user, str) or not user or ":" in user:
             raise _fail(source, f"basic_auth_users: invalid user name {user!r}")
-        if not isinstance(hashed, str) or not _BCRYPT_HASH.match(hashed):
-            raise _fail(source, f"basic_auth_users.{user}: not a bcrypt hash (make one with "
-                                "`htpasswd -nBC 12 \"\" | tr -d ':\\n'` or "
-                                "`python3 -c 'import bcrypt; print(bcrypt.hashpw(b\"...\", "
-                                "bcrypt.gensalt()).decode())'`)")
+        where = f"basic_auth_users.{user}"
+        match = _BCRYPT_HASH.match(hashed) if isinstance(hashed, str) else None
+        if match is None:
+            raise _fail(source, f"{where}: not a bcrypt hash {_RECIPE}")
+        if match["prefix"] not in _BCRYPT_PREFIXES:
+            raise _fail(source, f"{where}: bcrypt prefix ${match['prefix']}$ is not one of "
+                                f"{', '.join('$' + p + '$' for p in _BCRYPT_PREFIXES)} "
+                                f"{_RECIPE}")
+        cost = int(match["cost"])
+        if cost < MIN_BCRYPT_COST:
+            raise _fail(source, f"{where}: bcrypt cost {cost} is below bcrypt's minimum "
+                                f"{MIN_BCRYPT_COST} {_RECIPE}")
+        if cost > MAX_BCRYPT_COST:
+            raise _fail(source, f"{where}: bcrypt cost {cost} is above the {MAX_BCRYPT_COST} "
+                                "gpu-exporter serves (each further step doubles a check's "
+                                f"time; {MAX_BCRYPT_COST} takes about a second) {_RECIPE}")
+        _readable_by_bcrypt(source, where, hashed.encode(), match["cost"])
         users[user] = hashed.encode()
     return users
+
+
+def _readable_by_bcrypt(source: str, where: str, hashed: bytes, cost: str) -> None:
+    """bcrypt reads the salt and hash (checked at the lowest cost: a millisecond), so a
+    hash of the right shape that bcrypt cannot read is refused here, not per request."""
+    import bcrypt
+
+    cheap = hashed.replace(f"${cost}$".encode(), f"${MIN_BCRYPT_COST:02d}$".encode(), 1)
+    try:
+        bcrypt.checkpw(b"", cheap)
+    except ValueError as exc:
+        raise _fail(source, f"{where}: bcrypt cannot read this hash ({exc}) "
+                            f"{_RECIPE}") from None
 
 
 def _parse_headers(source: str, raw: dict[str, Any]) -> dict[str, str]:
@@ -323,9 +368,17 @@ def load_web_config(path: str) -> WebConfig:
     """Parse and check the file; every problem is one ConfigError line naming the file."""
     source = path
     try:
-        text = Path(path).read_text()
+        with open(path, "rb") as f:
+            data = f.read(MAX_CONFIG_BYTES + 1)
     except OSError as exc:
         raise _fail(source, exc.strerror or str(exc)) from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise _fail(source, f"larger than {MAX_CONFIG_BYTES // 1024} KiB: not a web config")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _fail(source, f"not UTF-8 (byte {exc.start}: {data[exc.start:exc.start + 1]!r})"
+                    ) from None
     import yaml
 
     try:
@@ -335,6 +388,10 @@ def load_web_config(path: str) -> WebConfig:
         where = f" at line {mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise _fail(source, f"not valid YAML{where}: {problem}") from None
+    except RecursionError:
+        # PyYAML composes nested nodes recursively: Python's recursion limit is its depth
+        # limit (a web config is three levels deep).
+        raise _fail(source, "nested too deeply (a web config is three levels deep)") from None
     top = _mapping(source, raw, "the file", _TOP_KEYS)
     base = Path(path).resolve().parent
     tls = _parse_tls(source, base, _mapping(source, top.get("tls_server_config"),
@@ -393,55 +450,6 @@ class CertificateReloader:
             return self._ctx
 
 
-class AuthBusy(Exception):
-    """Too many password checks are waiting: answered 503, not checked."""
-
-
-# Password checks run on one thread (bcrypt releases the GIL: a flood of wrong passwords
-# takes one core, and scrapes keep the others), and at most MAX_WAITING_CHECKS more wait;
-# a check of credentials that passed before goes ahead of every other waiting one and is
-# never refused, so it waits for one check at most.
-BCRYPT_THREADS = 1
-MAX_WAITING_CHECKS = 64
-
-
-class _BcryptQueue:
-    """A bounded priority queue served by BCRYPT_THREADS threads."""
-
-    def __init__(self, threads: int = BCRYPT_THREADS, max_waiting: int = MAX_WAITING_CHECKS
-                 ) -> None:
-        self._queue: queue.PriorityQueue[tuple[int, int, Callable[[], bool],
-                                               futures.Future[bool]]] = queue.PriorityQueue()
-        self._seq = itertools.count()
-        self._threads = threads
-        self._max_waiting = max_waiting
-        self._started = False
-        self._lock = threading.Lock()
-
-    def submit(self, check: Callable[[], bool], first: bool) -> futures.Future[bool]:
-        with self._lock:
-            if not self._started:
-                for i in range(self._threads):
-                    threading.Thread(target=self._serve, name=f"http-bcrypt-{i}",
-                                     daemon=True).start()
-                self._started = True
-            if not first and self._queue.qsize() >= self._max_waiting:
-                raise AuthBusy
-            future: futures.Future[bool] = futures.Future()
-            self._queue.put((0 if first else 1, next(self._seq), check, future))
-            return future
-
-    def _serve(self) -> None:
-        while True:
-            _prio, _seq, check, future = self._queue.get()
-            if not future.set_running_or_notify_cancel():
-                continue
-            try:
-                future.set_result(check())
-            except BaseException as exc:  # handed to the waiting request
-                future.set_exception(exc)
-
-
 @dataclass(frozen=True)
 class _Attempt:
     user: bytes
@@ -466,7 +474,8 @@ class BasicAuth:
     answer does not tell whether the user exists."""
 
     def __init__(self, users: Mapping[str, bytes], cache_seconds: float = 60.0,
-                 cache_size: int = 256) -> None:
+                 cache_size: int = 256, checks: FairChecks | None = None,
+                 budget: FailureBudget | None = None) -> None:
         import bcrypt
 
         self._users = dict(users)
@@ -474,7 +483,11 @@ class BasicAuth:
         self._cache_seconds = cache_seconds
         self._cache_size = cache_size
         self._cache_lock = threading.Lock()
-        self._checks = _BcryptQueue()
+        # Shared with the BasicAuth of a reloaded config: one bcrypt thread, one budget.
+        self.checks = checks if checks is not None else FairChecks()
+        self.budget = budget if budget is not None else FailureBudget()
+        # Every hash was checked (load_web_config) to be at most MAX_BCRYPT_COST: the
+        # decoy takes one check's time to make, seconds at most.
         self.decoy_cost = max((_cost(h) for h in self._users.values()), default=10)
         # Made at start-up (one check's time), from a random password nobody knows.
         self._decoy = bcrypt.hashpw(os.urandom(18).hex().encode(),
@@ -521,24 +534,43 @@ class BasicAuth:
                 self._cache[attempt.key] = now + self._cache_seconds
         return ok
 
-    def check(self, authorization: str | None) -> bool:
-        """Blocks until checked; AuthBusy when too many checks are waiting."""
+    def _submit(self, authorization: str | None, peer: str | None
+                ) -> bool | futures.Future[bool]:
+        """The answer at once (malformed, or cached), or the check on its way. A check
+        from a `peer` is charged to its address's budget first (AuthLimited when spent)
+        and refunded when it passes; without one (in-process callers) it is not."""
         attempt = self._attempt(authorization)
         if attempt is None:
             return False
         if attempt.cached:
             return True
-        return self._checks.submit(lambda: self._verify(attempt), attempt.vouched).result()
+        if peer is None or attempt.vouched:
+            return self.checks.submit(lambda: self._verify(attempt), attempt.vouched,
+                                      peer)
+        self.budget.charge(peer)
+        try:
+            future = self.checks.submit(lambda: self._verify(attempt), False, peer)
+        except AuthBusy:
+            self.budget.refund(peer)  # not checked: not a failure either
+            raise
 
-    async def check_async(self, authorization: str | None) -> bool:
+        def refund(done: futures.Future[bool]) -> None:
+            if not done.cancelled() and done.exception() is None and done.result():
+                self.budget.refund(peer)
+
+        future.add_done_callback(refund)
+        return future
+
+    def check(self, authorization: str | None, peer: str | None = None) -> bool:
+        """Blocks until checked; AuthBusy when too many checks are waiting, AuthLimited
+        when `peer`'s address has spent its budget of failures."""
+        answer = self._submit(authorization, peer)
+        return answer if isinstance(answer, bool) else answer.result()
+
+    async def check_async(self, authorization: str | None, peer: str | None = None) -> bool:
         """`check` for the event loop: waits without holding a thread."""
-        attempt = self._attempt(authorization)
-        if attempt is None:
-            return False
-        if attempt.cached:
-            return True
-        future = self._checks.submit(lambda: self._verify(attempt), attempt.vouched)
-        return await asyncio.wrap_future(future)
+        answer = self._submit(authorization, peer)
+        return answer if isinstance(answer, bool) else await asyncio.wrap_future(answer)
 
 
 def _cost(hashed: bytes) -> int:
@@ -561,3 +593,104 @@ def _parse_basic(authorization: str | None) -> tuple[bytes | None, bytes | None]
         return None, None
     return user, password
 
+
+
+class LiveWebConfig:
+    """The web config in effect, re-read when its file changes, as exporter-toolkit reads
+    it again for each new TLS connection and each request: users, their hashes and the
+    decoy, headers, and TLS settings and certificates follow the file without a restart.
+
+    The file is looked at (one stat) once a second at most, when a connection or request
+    asks (`refresh()`); a change is loaded on a thread of its own, so a decoy hash made at
+    a high cost never holds the event loop, and swapped in whole once it loaded. A file
+    that no longer loads keeps the config in effect and is reported once per version of
+    the file (`on_error`). Whether TLS is on is decided at start, as exporter-toolkit
+    does: a change that would turn it on or off is reported and not applied."""
+
+    def __init__(self, config: WebConfig, on_error: Callable[[str], None],
+                 on_reload: Callable[[str], None] = lambda _msg: None,
+                 check_every: float = 1.0) -> None:
+        self._on_error = on_error
+        self._on_reload = on_reload
+        self._every = check_every
+        self._lock = threading.Lock()
+        self._checked = time.monotonic()
+        self._loading = False
+        self._stamp = self._file_stamp(config.source)
+        self._bad_stamp: tuple[float, ...] | None = None
+        self.config = config
+        self.auth: BasicAuth | None = (
+            BasicAuth(config.basic_auth_users) if config.auth_required else None)
+        self._tls = (CertificateReloader(config.tls, on_error)
+                     if config.tls is not None else None)
+
+    @staticmethod
+    def _file_stamp(path: str) -> tuple[float, ...]:
+        if not path:
+            return ()
+        try:
+            st = os.stat(path)
+        except OSError:
+            return (-1.0,)
+        return (st.st_mtime, float(st.st_size), float(st.st_ino))
+
+    @property
+    def tls_enabled(self) -> bool:
+        return self._tls is not None
+
+    def context(self) -> ssl.SSLContext:
+        """The SSLContext for a new connection (CertificateReloader's), after a look at
+        the config file."""
+        self.refresh()
+        tls = self._tls
+        assert tls is not None, "context() asked of a server without TLS"
+        return tls.context()
+
+    def headers(self) -> Mapping[str, str]:
+        return self.config.headers
+
+    def client_allowed_sans(self) -> tuple[str, ...]:
+        return self.config.tls.client_allowed_sans if self.config.tls else ()
+
+    def refresh(self) -> None:
+        """Start loading the file again if it changed; never waits for the load."""
+        if not self.config.source:
+            return
+        now = time.monotonic()
+        if now - self._checked < self._every:
+            return
+        with self._lock:
+            if self._loading or now - self._checked < self._every:
+                return
+            self._checked = now
+            stamp = self._file_stamp(self.config.source)
+            if stamp in (self._stamp, self._bad_stamp):
+                return
+            self._loading = True
+        threading.Thread(target=self._reload, args=(stamp,), name="web-config-reload",
+                         daemon=True).start()
+
+    def _reload(self, stamp: tuple[float, ...]) -> None:
+        try:
+            config = load_web_config(self.config.source)
+            if (config.tls is None) != (self._tls is None):
+                raise ConfigError(f"--web.config.file {config.source}: TLS cannot be turned "
+                                  "on or off while serving: restart to apply")
+            old = self.auth
+            auth = (BasicAuth(config.basic_auth_users, checks=old.checks, budget=old.budget)
+                    if old is not None and config.auth_required
+                    else BasicAuth(config.basic_auth_users) if config.auth_required
+                    else None)
+            tls = (CertificateReloader(config.tls, self._on_error)
+                   if config.tls is not None else None)
+        except ConfigError as exc:
+            with self._lock:
+                self._bad_stamp, self._loading = stamp, False
+            self._on_error(f"keeping the web config in effect: {exc}")
+            return
+        with self._lock:
+            # Each attribute is one reference: a request sees the old or the new one.
+            self.config, self.auth, self._tls = config, auth, tls
+            self._stamp, self._bad_stamp, self._loading = stamp, None, False
+        self._on_reload(f"web config {config.source} re-read (tls "
+                        f"{'on' if tls else 'off'}, basic auth {'on' if auth else 'off'})")

@@ -798,7 +798,7 @@ EBPF_EXECUTABLES_FOLDED = Counter(
 # Why the HTTP front closed a connection before (or instead of) answering it in full
 # (gpu_exporter/http/server.py; docs/web-front.md, "Limits").
 HttpRefusalReason = Literal[
-    "connection_limit",  # 512 connections open, all busy: the new one is reset
+    "connection_limit",  # 512 connections open, all busy: the new one gets 503 and a close
     "evicted",  # an idle connection closed to make room for a new one at that limit
     "file_descriptor_limit",  # an idle connection closed: accept() hit `ulimit -n`
     "head_timeout",  # no complete request head (or TLS handshake) in time
@@ -807,6 +807,8 @@ HttpRefusalReason = Literal[
     "body_too_large",  # a GET/HEAD body past 64 KiB: 413
     "slow_client",  # a body not sent, or the answer not read, within 10 s
     "tls_handshake",  # plain HTTP to the TLS port, a failed handshake, a SAN not allowed
+    "client_gone",  # the client went away before or while its answer was sent
+    "pipeline_limit",  # more than 8 pipelined requests in a row: 503
 ]
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import resource
-import select
 import socket
 import ssl
 from collections.abc import Iterator
@@ -149,7 +148,10 @@ def file_limit(want: int) -> Iterator[None]:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
-def test_connections_past_the_limit_evict_idle_ones_then_are_refused() -> None:
+def test_connections_past_the_limit_evict_idle_ones() -> None:
+    """Idle connections past the cap: the oldest idle ones make room. (Every place busy,
+    and a new connection answered 503: tests/core/test_front_pressure.py, in process,
+    where a handler can hold every place for certain.)"""
     cap = 512  # server.MAX_CONNECTIONS
     held: list[socket.socket] = []
 
@@ -157,56 +159,16 @@ def test_connections_past_the_limit_evict_idle_ones_then_are_refused() -> None:
         with contextlib.suppress(OSError):
             held.append(socket.create_connection(("127.0.0.1", exp.port), timeout=10))
 
-    def close_all() -> None:
-        for s in held:
-            s.close()
-        held.clear()
-
     with file_limit(4 * cap + 200), exporter_with([], NO_DEVICES) as exp:
         try:
-            # Idle connections past the cap: the oldest idle ones make room.
             for _ in range(cap + 20):
                 connect()
             assert len(held) >= cap + 10, len(held)
             rises(exp.port, "evicted", 0)
-            close_all()
             assert refusals(exp.port)["connection_limit"] == 0
-            # Busy ones: each waits for a body it was promised (for 10 s). Once every
-            # place is taken by one, a new connection finds none idle and is reset.
-            head = b"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n"
-
-            def reset(s: socket.socket) -> bool:
-                """Whether the server reset (or closed) `s` within 2 s: a connection it
-                accepted waits for its body, silent."""
-                readable, _, _ = select.select([s], [], [], 2)
-                try:
-                    return bool(readable) and s.recv(1) == b""
-                except ConnectionResetError:
-                    return True
-
-            def every_place_busy_then_one_more() -> bool:
-                close_all()
-                for _ in range(cap):
-                    connect()
-                    with contextlib.suppress(OSError, IndexError):
-                        held[-1].sendall(head)
-                for _ in range(3):  # the first that finds every place busy is reset
-                    connect()
-                    with contextlib.suppress(OSError, IndexError):
-                        held[-1].sendall(head)
-                    if held and reset(held[-1]):
-                        break
-                close_all()
-                # The counter is the judge, read once the flood is gone: if the places
-                # were not all busy in time (a loaded machine), the flood is made again.
-                assert refusals(exp.port)["connection_limit"] > 0
-                return True
-
-            eventually(every_place_busy_then_one_more, 2 * WAIT,
-                       "a connection refused with every place busy",
-                       retry_on=(AssertionError, OSError))
         finally:
-            close_all()
+            for s in held:
+                s.close()
 
 
 def test_idle_connections_closed_at_the_file_descriptor_limit_are_counted() -> None:

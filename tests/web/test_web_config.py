@@ -270,3 +270,76 @@ def test_credentials_that_passed_before_are_checked_first(
             a.join(60)
     # At most the checks already being handed to a free thread as it asked.
     assert max(overtaken) <= 2, overtaken
+
+
+def _hostile_configs(folder: Path) -> dict[str, tuple[bytes, str]]:
+    """Files `check` once accepted and `serve` could not run (issue 32, item 5), and
+    others that never parsed: each with a part of the one line both give."""
+    cheap = bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=4)).decode()
+
+    def user(hashed: str) -> bytes:
+        return f"basic_auth_users:\n  prometheus: '{hashed}'\n".encode()
+
+    def cost(n: str) -> str:
+        return cheap[:4] + n + cheap[6:]
+
+    aliases = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, "
+        f"*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]\n" for i in range(9))
+    return {
+        # a 500 and a traceback per request, was
+        "prefix $2$": (user("$2$" + cheap[4:]), "bcrypt prefix $2$ is not one of"),
+        "garbage hash": (user("$2b$04$" + "z" * 53), "bcrypt cannot read this hash"),
+        # a traceback and exit 1, was
+        "cost 03": (user(cost("03")), "bcrypt cost 3 is below bcrypt's minimum 4"),
+        "cost 99": (user(cost("99")), "bcrypt cost 99 is above the 14"),
+        # serve never listened, was (the decoy hash, made at start at cost 31)
+        "cost 31": (user(cost("31")), "bcrypt cost 31 is above the 14"),
+        "cost 15": (user(cost("15")), "bcrypt cost 15 is above the 14"),
+        # a traceback and exit 1, was
+        "deep": (b"basic_auth_users: " + b"[" * 50_000 + b"]" * 50_000 + b"\n",
+                 "nested too deeply"),
+        "not utf-8": (b"basic_auth_users:\n  caf\xe9: x\n", "not UTF-8 (byte 23"),
+        "aliases": (aliases.encode(), "unknown key 'a'"),
+        "huge": (b"#" * (1 << 20) + b"\n", "larger than 1024 KiB"),
+        "plain text": (user("hunter2"), "not a bcrypt hash"),
+    }
+
+
+def test_hostile_web_configs_are_refused_alike_by_check_and_serve(folder: Path) -> None:
+    """The table of issue 32: for each file `check` and `serve` both exit 2 with the same
+    one line, within seconds (cost 31 hung `serve`), and nothing else on stderr."""
+    from tests.helpers import free_port
+
+    # No GPU of any kind; sysfs a folder that exists (check refuses one that does not).
+    no_devices = {"LD_LIBRARY_PATH": "/nonexistent", "GPU_EXPORTER_PATH_SYSFS": str(folder)}
+    for name, (content, expected) in _hostile_configs(folder).items():
+        path = folder / f"{name.replace(' ', '-').replace('$', '')}.yml"
+        path.write_bytes(content)
+        with pytest.raises(ConfigError) as err:
+            load_web_config(str(path))
+        assert expected in str(err.value), (name, str(err.value))
+        lines = {}
+        for command in (["check"], []):
+            res = run_cli([*command, f"--web.config.file={path}",
+                           f"--web.listen-address=127.0.0.1:{free_port()}"],
+                          env=no_devices, timeout=30)
+            assert res.returncode == 2, (name, command, res.returncode, res.stderr[-2000:])
+            assert "Traceback" not in res.stderr, (name, command, res.stderr[-2000:])
+            out = res.stderr.strip().splitlines()
+            assert len(out) == 1, (name, command, res.stderr[-2000:])
+            lines[tuple(command)] = out[0]
+        assert lines[("check",)] == lines[()], (name, lines)
+        assert lines[()] == f"gpu-exporter: {err.value}", (name, lines)
+
+
+def test_the_cost_cap_is_served_and_one_above_is_not(folder: Path) -> None:
+    """Cost 14 (the cap) loads: its decoy is made in one check's time; 15 is refused
+    before bcrypt ever runs at that cost."""
+    from gpu_exporter.http.webconfig import MAX_BCRYPT_COST
+
+    assert MAX_BCRYPT_COST == 14
+    cheap = bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=4)).decode()
+    path = folder / "cap.yml"
+    path.write_text(f"basic_auth_users:\n  p: '{cheap[:4]}14{cheap[6:]}'\n")
+    assert load_web_config(str(path)).auth_required
