@@ -4,6 +4,8 @@ PY     := $(VENV)/bin/python
 BIN    := $(VENV)/bin
 # The oldest nvidia-ml-py of the pinned range, beside the venv, for the GPM binding test.
 BINDINGS_LOW := $(shell sed -n 's/.*"nvidia-ml-py>=\([0-9.]*\),.*/\1/p' pyproject.toml)
+# And of habana-pyhlml's (the gaudi extra), for tests/gaudi/test_bindings.py.
+HLML_LOW := $(shell sed -n 's/^gaudi = \["habana-pyhlml>=\([0-9.]*\),.*/\1/p' pyproject.toml)
 # Debian's python3: bcc (python3-bpfcc, not on PyPI) is built for it. The venv is plain
 # (no --system-site-packages): scripts/link-bcc.sh links just bcc into it.
 SYSPY  := /usr/bin/python3
@@ -39,6 +41,8 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	$(PY) -m pip install --quiet --no-deps --upgrade \
 		--target build/bindings/nvidia-ml-py-$(BINDINGS_LOW) nvidia-ml-py==$(BINDINGS_LOW)
+	$(PY) -m pip install --quiet --no-deps --upgrade \
+		--target build/bindings/habana-pyhlml-$(HLML_LOW) 'habana-pyhlml>=$(HLML_LOW),<$(HLML_LOW).1'
 	touch $@ $(VENV)/.installed-run
 
 venv: $(VENV)/.installed

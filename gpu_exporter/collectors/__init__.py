@@ -8,6 +8,7 @@ from __future__ import annotations
 from gpu_exporter.collectors.amd import AmdCollector
 from gpu_exporter.collectors.base import Collector
 from gpu_exporter.collectors.ebpf import EbpfCollector
+from gpu_exporter.collectors.gaudi import GaudiCollector
 from gpu_exporter.collectors.host import HostCollector
 from gpu_exporter.collectors.intel import IntelCollector
 from gpu_exporter.collectors.nvidia import NvidiaCollector
@@ -18,6 +19,7 @@ REGISTRY: tuple[type[Collector], ...] = (
     NvidiaCollector,
     AmdCollector,
     IntelCollector,
+    GaudiCollector,
     ProcessesCollector,
     HostCollector,
     PowerCollector,

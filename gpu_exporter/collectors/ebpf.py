@@ -21,10 +21,10 @@ from gpu_exporter.readers import files
 from gpu_exporter.sources.ebpf import arch, hip_devices, names
 from gpu_exporter.sources.ebpf.reading import CallHistogram, CudaActivity, NvmlView
 from gpu_exporter.sources.ebpf.uprobes import MECHANISMS
+from gpu_exporter.sources.library.lanes import Lanes
 from gpu_exporter.sources.nvml import processes as nvml_processes
 from gpu_exporter.sources.nvml import stack as nvml_stack
 from gpu_exporter.sources.nvml.calls import NvmlUnavailable
-from gpu_exporter.sources.nvml.lanes import Lanes
 from gpu_exporter.sources.nvml.stack import StackBusy
 
 log = logging.getLogger("gpu_exporter.collectors.ebpf")

@@ -92,6 +92,9 @@ def emit(r: GpuReading, out: Emitted) -> None:
         c.HW_GPU_PCIE_MAX_LINK_TRANSFERS.emit(out, link.max_transfers_per_second, {}, dev)
     if r.nvlink is not None:
         _nvlink(r.nvlink, out, dev)
+    for (scope, nic_link), ports in sorted(r.nic_links.items()):
+        c.HW_GPU_NIC_LINKS.emit(out, ports, {"nic_link_state": nic_link, "nic_scope": scope},
+                                dev)
     if r.gpm is not None:
         _gpm(r.gpm, r, {}, out)
     for instance, gpm in sorted(r.gpm_instances.items()):

@@ -1,5 +1,5 @@
 """NVIDIA GPUs through the process's NVML stack (`gpu_exporter.sources.nvml`), read each scrape
-in lanes (`nvml.lanes`): a GPU whose NVML call hangs reads `hw_gpu_up 0` this scrape and
+in lanes (`sources.library.lanes`): a GPU whose NVML call hangs reads `hw_gpu_up 0` this scrape and
 while the call is stuck, the others report fully, and no thread piles up.
 
 Every GPU this exporter is given appears: one NVML cannot read (lost before the
@@ -30,13 +30,13 @@ from gpu_exporter.model import catalogue as c
 from gpu_exporter.model.records import GpuReading
 from gpu_exporter.model.settings import Settings
 from gpu_exporter.readers.sysfs import power_meter
+from gpu_exporter.sources.library.lanes import Lanes
 from gpu_exporter.sources.nvml import fields, nvlink, values
 from gpu_exporter.sources.nvml import stack as nvml_stack
 from gpu_exporter.sources.nvml.calls import FIX_CHECK, FIX_UPDATE, NvmlGone, NvmlUnavailable
 from gpu_exporter.sources.nvml.devices import NvmlDevice
 from gpu_exporter.sources.nvml.events import XidListener
 from gpu_exporter.sources.nvml.gpm import GPM, MIN_WINDOW_SECONDS
-from gpu_exporter.sources.nvml.lanes import Lanes
 from gpu_exporter.sources.nvml.stack import DEVFS, PCI, Session, StackBusy
 
 log = logging.getLogger("gpu_exporter.nvidia")

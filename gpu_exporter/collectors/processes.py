@@ -38,15 +38,18 @@ from gpu_exporter.readers.kubelet.podresources import (
     ContainerRef,
     socket_problem,
 )
-from gpu_exporter.readers.procfs import fdinfo
+from gpu_exporter.readers.procfs import accel, fdinfo
 from gpu_exporter.readers.procfs.procinfo import ProcessInfo, ProcessTable
 from gpu_exporter.readers.sysfs.pci import drm_card_addresses
+from gpu_exporter.sources.library.lanes import Lanes, Run
 from gpu_exporter.sources.nvml import processes as nvml_processes
 from gpu_exporter.sources.nvml import stack as nvml_stack
 from gpu_exporter.sources.nvml.calls import NvmlGone, NvmlUnavailable
 from gpu_exporter.sources.nvml.devices import NvmlDevice
-from gpu_exporter.sources.nvml.lanes import Lanes, Run
 from gpu_exporter.sources.nvml.stack import Session, StackBusy
+
+# The drivers of accel-subsystem devices whose node holder is the card's one user.
+GAUDI_DRIVERS = ("habanalabs",)
 
 SOCKET_OPTION = Option(
     "processes.kubelet-socket", str, DEFAULT_SOCKET,
@@ -179,6 +182,7 @@ class ProcessesCollector(Collector):
         usage: dict[tuple[str, int], _Usage] = {}
         read: set[str] = set()  # devices whose process lists were read this scrape
         self._collect_fdinfo(sink, usage, read)
+        self._collect_accel(sink, usage, read)
         if nvidia is not None:
             self.finish_nvidia(sink, *nvidia, usage, read)
         infos = self._table.lookup_many(pid for _, pid in usage)
@@ -351,6 +355,29 @@ class ProcessesCollector(Collector):
             # A process holding several DRM files on one GPU: their memory and busy
             # time add up (each file is a separate client of the driver).
             usage.setdefault((client.pci_address, client.pid), _Usage()).add(u)
+
+
+    def _collect_accel(self, sink: Sink, usage: dict[tuple[str, int], _Usage],
+                       read: set[str]) -> None:
+        """Gaudi: the process holding a card's accel node is its one user (the driver
+        gives one process the compute context), charged the whole card's energy; the
+        driver gives no per-process memory or utilization (docs/gaudi.md)."""
+        nodes = accel.accel_devices(self.settings.sysfs, GAUDI_DRIVERS)
+        if not nodes:
+            return  # no Gaudi: spare every scrape a walk over every open file
+        procfs = self.settings.procfs
+        try:
+            holders = sink.once(("accel-holders", procfs), lambda: accel.read_accel_holders(
+                procfs, deadline=sink.deadline))
+        except TimeoutError as exc:
+            sink.fail("accel", str(exc))
+            for pci in nodes.values():
+                sink.consumers[pci] = None  # unknown this scrape, not free
+            return
+        read.update(nodes.values())
+        for minor, pci in nodes.items():
+            for pid in holders.get(minor, ()):
+                usage.setdefault((pci, pid), _Usage()).add(_Usage(activity=1.0))
 
 
 def _drm_gpus(sysfs: str) -> frozenset[str]:

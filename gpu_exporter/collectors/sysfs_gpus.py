@@ -15,8 +15,10 @@ from __future__ import annotations
 import os
 import time
 from abc import abstractmethod
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any, ClassVar
 
 from gpu_exporter.collectors.base import Availability, Collector, Sink
 from gpu_exporter.model import flagtypes
@@ -49,7 +51,7 @@ def drm_clients(sink: Sink, procfs: str) -> list[fdinfo.DrmClient]:
 
 class SysfsGpuCollector(Collector):
     vendor: Vendor
-    options = (DISCOVERY_INTERVAL, DISCOVERY_GRACE)
+    options: ClassVar[Sequence[Option[Any]]] = (DISCOVERY_INTERVAL, DISCOVERY_GRACE)
     vendor_name: str  # as people write it: "AMD"
     vendor_id: int
     drivers: tuple[str, ...]  # the kernel drivers whose cards this collector reads

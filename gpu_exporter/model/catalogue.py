@@ -364,6 +364,22 @@ class NvlinkStateLabels(TypedDict):
     nvlink: NotRequired[str]  # the link (1 in its state, 0 in the others), per link
 
 
+class NicLinkLabels(TypedDict):
+    nic_link_state: Literal["up", "down"]
+    # "external": a scale-out port (to the cluster's switches); "internal": a port wired
+    # to another card of the same box
+    nic_scope: Literal["external", "internal"]
+
+
+HW_GPU_NIC_LINKS = Gauge(
+    "hw_gpu_nic_links", "Ports of the card's own NICs (Gaudi's RoCE Ethernet) in each link "
+    "state, external (scale-out) and internal (card to card) apart.", D, NicLinkLabels,
+    sources="HLML hlml_get_mac_addr_info (the ports, and which are external) and "
+    "hlml_nic_get_link per port; 4 series per card; cards without NICs have none",
+    dcgm="none (NVIDIA has NVLink: hw_gpu_nvlink_links)",
+)
+
+
 HW_GPU_NVLINK_LINKS = Gauge(
     "hw_gpu_nvlink_links", "NVLinks of the GPU in each state.", D, NvlinkStateLabels,
     sources="NVML field values NVLINK_LINK_COUNT (once) and NVLINK_GET_STATE per link "

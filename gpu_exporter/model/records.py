@@ -11,7 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
-Vendor = Literal["nvidia", "amd", "intel"]
+from gpu_exporter.model.vendors import VENDOR_ORDER as VENDOR_ORDER
+from gpu_exporter.model.vendors import Vendor as Vendor
+
 GpuTask = Literal["general", "encoder", "decoder"]
 HealthState = Literal["ok", "degraded", "failed"]
 PcieErrorType = Literal["pcie_correctable", "pcie_nonfatal", "pcie_fatal"]  # AER
@@ -42,9 +44,10 @@ RECOVERY_ACTIONS: tuple[RecoveryAction, ...] = get_args(RecoveryAction)
 VgpuLicenseState = Literal["licensed", "unlicensed"]
 VGPU_LICENSE_STATES: tuple[VgpuLicenseState, ...] = get_args(VgpuLicenseState)
 EccSeverity = Literal["corrected", "uncorrected"]
+NicLinkState = Literal["up", "down"]
+NicScope = Literal["external", "internal"]  # scale-out, or card to card in the box
 
-# gpu_index order across vendors (spec: NVIDIA, then AMD, then Intel).
-VENDOR_ORDER: dict[str, int] = {"nvidia": 0, "amd": 1, "intel": 2}
+# gpu_index order across vendors, and the vendors themselves: model/vendors.py.
 
 
 @dataclass(frozen=True)
@@ -147,6 +150,8 @@ class GpuReading:
     state: HealthState | None = None
     pcie_link: PcieLink | None = None
     nvlink: NvlinkReading | None = None  # None: a GPU without NVLink (or not read)
+    # The card's own NICs (Gaudi): how many ports are in each link state, by scope
+    nic_links: Mapping[tuple[NicScope, NicLinkState], int] = field(default_factory=dict)
     # GPM: this device's (a GPU, or a MIG device alone in its GPU instance), and, on a GPU,
     # those of its MIG GPU instances shared by several compute instances, by instance id.
     gpm: GpmReading | None = None

@@ -249,7 +249,7 @@ def test_doctor_strict_fails_on_a_collector_the_host_should_have() -> None:
     res = run_cli(["doctor", "--strict"], NO_DEVICES)
     assert res.returncode == 1, res.stderr
     assert res.stderr.strip() == (
-        "gpu-exporter: doctor --strict: nvidia, amd, intel, power unavailable")
+        "gpu-exporter: doctor --strict: nvidia, amd, intel, gaudi, power unavailable")
     assert "nvidia " in res.stdout  # the report itself is printed first
     # named by a flag (before or after the command) or a variable: only those count
     res = run_cli(["--collector.nvidia", "doctor", "--strict"], NO_DEVICES)

@@ -2,7 +2,8 @@
 by the package, and each library the package imports is a runtime dependency (or comes
 with the system, like bcc). A library that only tests, generators or builds use belongs
 in the dev extra, as opentelemetry-semantic-conventions does (tests/core/test_labels.py).
-Imports are read with ast, every one of them: at the top, inside functions, under
+An optional extra other than dev (`gaudi`) counts as runtime: the part that imports it
+needs it. Imports are read with ast, every one of them: at the top, inside functions, under
 TYPE_CHECKING. Import names are mapped to distributions by the installed metadata."""
 
 from __future__ import annotations
@@ -27,7 +28,13 @@ def _normal(name: str) -> str:
 
 
 def _requirements(pyproject: str) -> set[str]:
-    deps = tomllib.loads(pyproject)["project"]["dependencies"]
+    """The runtime dependencies, and the optional extras of a part of the package (the
+    `gaudi` extra: habana-pyhlml, imported only by that collector); not the dev extra."""
+    project = tomllib.loads(pyproject)["project"]
+    deps = list(project["dependencies"])
+    for extra, more in project.get("optional-dependencies", {}).items():
+        if extra != "dev":
+            deps.extend(more)
     return {_normal(re.split(r"[\s<>=!~;\[]", d, maxsplit=1)[0]) for d in deps}
 
 

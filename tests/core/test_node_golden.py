@@ -1,6 +1,7 @@
 """One node with every collector that runs on fakes, its whole exposition pinned: the fake
 NVML (an H100 with processes, an A100 in MIG mode), AMD and Intel cards from real sysfs
-captures, GPU processes in a fake /proc (NVML and DRM fdinfo clients) inside a pod that a
+captures, a Gaudi 2 on the fake HLML (tests/fake_hlml) with its PCI function in sysfs,
+GPU processes in a fake /proc (NVML and DRM fdinfo clients) inside a pod that a
 real gRPC PodResources server names, the host's CPU, memory and filesystems from that
 /proc, and the node's RAPL zones and ACPI power meter. Every series is checked against its
 label schema as it is produced (tests/conftest.py); this test pins what a scrape of such a
@@ -20,6 +21,7 @@ import re
 from pathlib import Path
 
 from gpu_exporter.collectors import REGISTRY
+from tests.fake_hlml import scenario as fake_hlml
 from tests.fake_nvml import scenario as fake
 from tests.helpers import promtool_check_metrics, run_cli
 from tests.host import power_tree
@@ -29,7 +31,7 @@ from tests.processes.podtree import pod_cgroup, pod_log_dir
 from tests.processes.procfs import write_process
 from tests.sysfs.tree import FakeSysfs, card_switch, raw_text, root_port
 
-AMD, INTEL = "0000:0c:00.0", "0000:03:00.0"
+AMD, INTEL, GAUDI = "0000:0c:00.0", "0000:03:00.0", "0000:b3:00.0"
 UID = "5b0e5c1e-2222-4333-8444-555555555555"
 CID = "c0" * 32
 GIB = 1024**3
@@ -58,6 +60,7 @@ def _node(tmp: Path) -> tuple[fake.Scenario, Path, Path]:
         root_port("0000:00:01.1", "1022:1483", "16.0 GT/s PCIe", 16, ("16.0 GT/s PCIe", 8)),
         *card_switch("bmg", "0000:01:00.0", "0000:02:01.0", slot=("16.0 GT/s PCIe", 8),
                      inner=("2.5 GT/s PCIe", 1))))
+    sysfs.add_accel("gaudi2", GAUDI, 0)
     proc = tmp / "proc"
     pod = (f"0::/kubepods.slice/kubepods-pod{UID.replace('-', '_')}.slice/"
            f"cri-containerd-{CID}.scope\n")
@@ -68,6 +71,10 @@ def _node(tmp: Path) -> tuple[fake.Scenario, Path, Path]:
                   fdinfo={5: _fdinfo("amdgpu", AMD, 21, 256 * 1024)})
     write_process(proc, 5002, comm="ollama", start=13,
                   fdinfo={4: _fdinfo("xe", INTEL, 3, 64 * 1024)})
+    # the Gaudi's one user holds its accel node (docs/gaudi.md, "Per process")
+    write_process(proc, 6001, comm="pt-gaudi", cgroup=pod, start=14)
+    (proc / "6001" / "fd").mkdir()
+    (proc / "6001" / "fd" / "9").symlink_to("/dev/accel/accel0")
     (proc / "stat").write_text(
         "cpu  1000 20 300 8000 100 0 50 0 0 0\ncpu0 1000 20 300 8000 100 0 50 0 0 0\n"
         "intr 0\nctxt 0\nbtime 1700000000\nprocesses 10\nprocs_running 1\n"
@@ -115,11 +122,15 @@ def test_a_node_with_every_collector_on_fakes(tmp_path: Path) -> None:
     # The node shows the pod running: its log directory and a populated cgroup.
     pod_log_dir(tmp_path / "pods", "ml", "train-0", UID)
     pod_cgroup(Path(sysfs), "v2-systemd", UID, running=True)
+    hlml = fake_hlml.Scenario(devices=[fake_hlml.gaudi2(0, GAUDI)])
+    args.append(f"--gaudi.hlml-library={fake_hlml.build()}")
     env = {**fake.env(fake.build(), sc.write(tmp_path / "node.scenario")),
+           fake_hlml.ENV_VAR: str(hlml.write(tmp_path / "hlml.scenario")),
            "OTEL_SERVICE_NAME": "gpu-node", "OTEL_RESOURCE_ATTRIBUTES": "team=ml"}
     with kubelet(sock, pods):
         res = run_cli(args, env=env)
     assert res.returncode == 0, res.stderr
     promtool_check_metrics(res.stdout)
     assert raw_text("rx6900xt", "device/unique_id") in res.stdout  # the AMD card is there
+    assert f'gpu_pci_address="{GAUDI}"' in res.stdout and "hw_vendor=\"habana\"" in res.stdout
     golden.check("node", _normalise(res.stdout, tmp_path), normalised=True)

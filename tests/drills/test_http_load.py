@@ -21,7 +21,7 @@ LOAD_SECONDS = float(os.environ.get("GPU_EXPORTER_DRILL_SECONDS", "60"))
 SCRAPERS = 50
 # A scraper's own timeout (Prometheus default scrape_timeout is 10 s).
 SCRAPE_TIMEOUT = 10.0
-# NVML lanes (gpu_exporter/sources/nvml/lanes.py) add a worker when a lane stalls, at most one
+# NVML lanes (gpu_exporter/sources/library/lanes.py) add a worker when a lane stalls, at most one
 # per GPU, and keep it: two lane kinds (device values, process lists) on eight GPUs.
 LANE_WORKERS = 2 * 8
 

@@ -1,5 +1,6 @@
 """A simulated GPU node for the end-to-end test and `make demo`: the test suite's fake NVML
-library (four H100s, under changing load) and real AMD and Intel sysfs captures, with a
+library (four H100s, under changing load), real AMD and Intel sysfs captures, and two
+Gaudi 2 accelerators on the fake HLML (tests/fake_hlml) with their PCI functions, with a
 load driver that moves utilization, power and the energy counters every second; with
 `ebpf=True` also the eBPF tests' fake CUDA libraries and a workload that runs again and
 again (kernel launches, copies, allocations, synchronisation) for the real uprobes.
@@ -23,6 +24,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.fake_hlml import scenario as fake_hlml
 from tests.fake_nvml import scenario as fake
 from tests.host import power_tree
 from tests.sysfs.tree import FakeSysfs, card_switch, root_port
@@ -45,6 +47,7 @@ class Workload:
 
 
 IDLE_GPU = 4
+GAUDIS = ("0000:b3:00.0", "0000:b4:00.0")
 
 
 def scenario(pid: int, workloads: dict[int, list[Workload]] | None = None) -> fake.Scenario:
@@ -98,6 +101,7 @@ class Fleet:
     args: list[str] = field(default_factory=list)
     cuda_dir: Path | None = None  # fake CUDA libraries and workload, when eBPF is on
     workloads: dict[int, list[Workload]] = field(default_factory=dict)
+    gaudi: fake_hlml.Scenario = field(default_factory=fake_hlml.Scenario)
 
 
 def build(root: Path, pid: int | None = None, ebpf: bool = False,
@@ -125,10 +129,16 @@ def build(root: Path, pid: int | None = None, ebpf: bool = False,
     # load driver, and the BMC's meter of the whole system.
     power_tree.intel_two_sockets(sysfs.root, start_uj=1_000_000_000)
     power_tree.power_meter(sysfs.root, 20, 0, "", 1_800_000_000)
-    env = {**fake.env(lib_dir, path), "OTEL_RESOURCE_ATTRIBUTES": RESOURCE_ATTRIBUTES}
-    args = [f"--path.sysfs={sysfs.root}"]
+    # Two Gaudi 2 (no DRM card: accel nodes), read through HLML by the gaudi collector.
+    for minor, address in enumerate(GAUDIS):
+        sysfs.add_accel("gaudi2", address, minor)
+    gaudi = fake_hlml.Scenario(devices=[fake_hlml.gaudi2(i, a) for i, a in enumerate(GAUDIS)])
+    env = {**fake.env(lib_dir, path), "OTEL_RESOURCE_ATTRIBUTES": RESOURCE_ATTRIBUTES,
+           fake_hlml.ENV_VAR: str(gaudi.write(root / "hlml.scenario"))}
+    args = [f"--path.sysfs={sysfs.root}", f"--gaudi.hlml-library={fake_hlml.build()}"]
     fl = Fleet(root, sc, path, sysfs, lib_dir, env, args,
-               workloads=workloads or {0: [Workload(pid or os.getpid(), 30 * GIB, True)]})
+               workloads=workloads or {0: [Workload(pid or os.getpid(), 30 * GIB, True)]},
+               gaudi=gaudi)
     if ebpf:
         from tests.ebpf.conftest import build_into
 
@@ -175,6 +185,12 @@ class LoadDriver(threading.Thread):
             d.values["pcie_rx_bytes"] = int(d.values["pcie_rx_bytes"]) + 80_000_000
             d.values["ecc_corrected"] = int(d.values["ecc_corrected"]) + i
         self.fleet.scenario.write()
+        for i, g in enumerate(self.fleet.gaudi.devices):  # HLML's units: %, mW, mJ
+            util = int(60 + 30 * math.sin(t / 15 + i))
+            g.values["util_aip"] = util
+            g.values["power_mw"] = 150_000 + util * 4_000
+            g.values["energy_mj"] += int(g.values["power_mw"] * self.period)
+        self.fleet.gaudi.write()
         for f in self.intel_energy:  # µJ, ~35 W
             now = int(f.read_bytes().split(b"\0", 1)[0] or b"0")
             f.write_text(f"{now + int(35e6 * self.period)}\n")

@@ -17,6 +17,7 @@ import time
 
 import pytest
 
+from tests.e2e import fleet as fleet_mod
 from tests.e2e.conftest import BUSY, DONE, IDLE, JOB, SLURM_JOB, Stack
 from tests.e2e.fleet import IDLE_GPU, fake
 from tests.helpers import eventually
@@ -55,6 +56,8 @@ def test_energy_is_conserved_per_gpu_within_one_percent(stack: Stack, server: st
     nvidia = {fake.h100(i).pci_bus_id[4:].lower() for i in range(len(stack.fleet.scenario
                                                                      .devices))}
     assert nvidia <= measured.keys(), measured
+    # the Gaudis too: no process holds their accel nodes, their energy is no_process
+    assert set(fleet_mod.GAUDIS) <= measured.keys(), measured
     assert attributed.keys() == measured.keys(), (attributed, measured)
     for pci, joules in measured.items():
         assert attributed[pci] == pytest.approx(joules, rel=0.01, abs=1e-6), pci

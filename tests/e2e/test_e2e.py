@@ -19,6 +19,7 @@ from urllib.parse import quote
 import pytest
 
 from tests.dashboards.panels import DASHBOARD_FILES, load, queries, substitute
+from tests.e2e import fleet as fleet_mod
 from tests.e2e.conftest import JOB, Stack
 from tests.helpers import eventually
 from tests.rules.rulefiles import load_rules
@@ -140,12 +141,14 @@ def _quote(text: str) -> str:
 
 def test_every_source_of_the_node_is_live(stack: Stack) -> None:
     """No panel is 'proven' by an absent source: every collector of the run succeeded,
-    eBPF included, and CUDA launches, NVIDIA, AMD and Intel GPUs all reached both servers."""
+    eBPF included, and CUDA launches, NVIDIA, AMD and Intel GPUs and Gaudis all reached both
+    servers."""
     for name, s in stack.servers.items():
         ok = {r["metric"]["collector"] for r in s.query("gpu_exporter_collector_success == 1")}
-        assert {"nvidia", "amd", "intel", "processes", "host", "ebpf"} <= ok, (name, ok)
+        assert {"nvidia", "amd", "intel", "gaudi", "processes", "host", "ebpf"} <= ok, (
+            name, ok)
         vendors = {r["metric"]["hw_vendor"] for r in s.query("hw_gpu_info")}
-        assert vendors == {"nvidia", "amd", "intel"}, (name, vendors)
+        assert vendors == {"nvidia", "amd", "intel", "habana"}, (name, vendors)
         assert s.query("sum(rate(gpu_kernel_launch_calls_total[1m])) > 0"), name
 
 
@@ -156,7 +159,7 @@ def test_values_are_right_on_both_servers(stack: Stack) -> None:
                  for r in s.query("gpu:price_dollars_per_gpu_hour")}
         assert price["NVIDIA H100 80GB HBM3"] == 4.0, (name, price)
         models = {r["metric"]["hw_name"] for r in s.query("hw_gpu_info")}
-        assert len(models) >= 3, models  # H100, the AMD and the Intel card
+        assert len(models) >= 4, models  # H100, the AMD and the Intel card, the Gaudi 2
         for model in models - {"NVIDIA H100 80GB HBM3"}:
             assert price[model] == 2.8, (name, model, price)  # the default
         idle = s.query('gpu:gpu_idle_cost_dollars_per_hour{gpu_index="1"}')
@@ -211,3 +214,21 @@ def test_gpm_activity_tells_busy_from_working_on_both_servers(stack: Stack) -> N
         per_gpu = {r["metric"]["gpu_index"]: float(r["value"][1])
                    for r in s.query('hw_gpu_sm_active_ratio{hw_vendor="nvidia"}')}
         assert per_gpu["3"] == 0.04 and per_gpu["4"] == 0.0, (name, per_gpu)
+
+
+def test_the_gaudis_go_through_the_rules_like_any_gpu(stack: Stack) -> None:
+    """The mixed node's Gaudis (hw_vendor="habana") in the families the rules and
+    dashboards read: energy counters that move, the utilization average, the idle cost at
+    the default price, and nothing of theirs under an Intel filter."""
+    for name, s in stack.servers.items():
+        energy = s.query(
+            'rate(hw_gpu_energy_consumed_joules_total{hw_vendor="habana"}[1m]) > 0')
+        assert {r["metric"]["gpu_pci_address"] for r in energy} == set(fleet_mod.GAUDIS), (
+            name, energy)
+        util = s.wait_for('gpu:hw_gpu_utilization_ratio:avg5m{hw_vendor="habana"}', 90)
+        assert len(util) == 2 and all(0 < float(r["value"][1]) < 1 for r in util), (name, util)
+        idle = s.wait_for('gpu:gpu_idle_cost_dollars_per_hour{hw_name="HL-225"}', 90)
+        assert len(idle) == 2 and all(0 < float(r["value"][1]) < 2.8 for r in idle), (
+            name, idle)
+        intel = {r["metric"]["gpu_pci_address"] for r in s.query('hw_gpu_up{hw_vendor="intel"}')}
+        assert not intel & set(fleet_mod.GAUDIS), (name, intel)

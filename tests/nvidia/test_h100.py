@@ -95,7 +95,9 @@ NOT_FROM_H100 = {c.HW_GPU_FAN_SPEED_RPM.name, c.HW_GPU_FAN_SPEED_RATIO.name,
                  # older GPUs (page retirement) and vGPU guests only: tests/nvidia/test_recovery.py
                  c.HW_GPU_MEMORY_RETIRED_PAGES.name, c.HW_GPU_VGPU_LICENSE_STATE.name,
                  # device families of the processes collector (attribution, allocations)
-                 c.HW_GPU_ENERGY_UNATTRIBUTED.name, c.K8S_GPU_ALLOCATION_INFO.name}
+                 c.HW_GPU_ENERGY_UNATTRIBUTED.name, c.K8S_GPU_ALLOCATION_INFO.name,
+                 # a Gaudi's own NICs (NVIDIA's fabric is NVLink): tests/gaudi
+                 c.HW_GPU_NIC_LINKS.name}
 
 
 def test_dump_prints_every_nvidia_family(fake_lib: Path, tmp_path: Path) -> None:

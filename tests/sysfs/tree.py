@@ -43,6 +43,7 @@ CAPTURES: dict[str, tuple[str, str]] = {
     "a380": ("intel/a380-i915", "card1"),
     "b580": ("intel/b580", "card1"),
     "rtx4080": ("nvidia/rtx4080", "card1"),
+    "gaudi2": ("habana/gaudi2", ""),  # no DRM card: an accel node (add_accel)
 }
 
 
@@ -262,6 +263,27 @@ class FakeSysfs:
     def bind(self, address: str, driver: str) -> None:
         """The card's PCI device bound to another driver (vfio-pci for a VM, ...)."""
         _rewrite_uevent(self.cards[address].device / "uevent", "DRIVER", driver)
+
+    def add_accel(self, name: str, address: str, minor: int) -> Card:
+        """An accelerator of the kernel's accel subsystem (habanalabs: Gaudi) as the PCI
+        device `address`, with its node `accel/accel<minor>` and class/accel link; no DRM
+        card."""
+        device = self.root / "devices" / "pci0000:00" / address
+        shutil.copytree(capture(name) / "device", device, symlinks=True)
+        _rewrite_slot(device / "uevent", address)
+        node = device / "accel" / f"accel{minor}"
+        if minor != 0:
+            (device / "accel" / "accel0").rename(node)
+        _rewrite_uevent(node / "uevent", "MINOR", str(minor))
+        _rewrite_uevent(node / "uevent", "DEVNAME", f"accel/accel{minor}")
+        (node / "dev").write_text(f"261:{minor}\n")
+        accel = self.root / "class" / "accel"
+        accel.mkdir(parents=True, exist_ok=True)
+        os.symlink(os.path.relpath(node, accel), accel / f"accel{minor}")
+        self._link_pci(address, device)
+        out = Card(name, address, minor, device, node)
+        self.cards[address] = out
+        return out
 
     def add_virtual_function(self, name: str, address: str, number: int, physfn: str
                              ) -> Card:

@@ -1,7 +1,8 @@
 """One PCI discovery for every vendor: which GPUs this host has, keyed by PCI address.
 
 Devices come from `<sysfs>/bus/pci/devices/*` (display `0x03xxxx` and accelerator
-`0x12xxxx` classes of NVIDIA, AMD and Intel) and are tied to their DRM card through
+`0x12xxxx` classes of the vendors of `model.vendors`: NVIDIA, AMD, Intel, Habana) and
+are tied to their DRM card (Gaudi has none: an accel node) through
 `<sysfs>/class/drm/cardN/device` (connector entries such as `card0-DP-1` are skipped;
 `card10` and above are cards like any other). Card numbers change across boots, the PCI
 address does not, so the address is the key. Where `cardN/device` is a plain folder
@@ -25,15 +26,13 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from gpu_exporter.model.records import Vendor
+from gpu_exporter.model.vendors import GPU_DRIVERS, VENDOR_IDS, Vendor
 from gpu_exporter.readers import files
 from gpu_exporter.readers.file_values import read_text, read_uevent
 
-VENDOR_IDS: dict[int, Vendor] = {0x10DE: "nvidia", 0x1002: "amd", 0x8086: "intel"}
 # The GPU drivers whose bound devices <sysfs>/bus/pci/drivers/<driver>/ links (the driver
 # core's bind link): how a device whose own folder cannot be read is still known a GPU.
-GPU_DRIVERS: dict[str, Vendor] = {"amdgpu": "amd", "i915": "intel", "xe": "intel",
-                                  "nvidia": "nvidia"}
+# Both tables come from the vendor registry (model/vendors.py).
 GPU_CLASSES = (0x03, 0x12)  # display controller, processing accelerator
 _CARD = re.compile(r"card(\d+)")
 # [domain:]bus:device.function; NVML writes an 8-digit domain, sysfs 4 (more for VMD).
@@ -83,7 +82,7 @@ class PciGpu:
 
 
 def discover(sysfs: str | Path, vendors: Iterable[Vendor] | None = None) -> dict[str, PciGpu]:
-    """Every GPU of the wanted vendors (all three by default), by PCI address."""
+    """Every GPU of the wanted vendors (all of `VENDORS` by default), by PCI address."""
     root = Path(sysfs)
     wanted = frozenset(vendors) if vendors is not None else frozenset(VENDOR_IDS.values())
     cards = _drm_cards(root)

@@ -14,7 +14,8 @@ the nvidia and processes collectors.
   MIG GPU instance, one sample kept per target between scrapes.
 - `events`: the XID event listener (NVIDIA's Xid Catalog, each code's immediate action,
   is data of the model layer: `gpu_exporter/model/xid_catalog.py`).
-- `lanes`: per-GPU calls in lanes, so that one hung or lost GPU costs only itself.
+- per-GPU calls run in lanes (`sources.library.lanes`, shared with HLML), so that one
+  hung or lost GPU costs only itself.
 - `stack`: one NVML session for the process: init, discovery (checked against the GPUs
   the driver lists, `readers.procfs.nvidia_driver`, and those on the PCI bus,
   `readers.sysfs.nvidia_bus`), retries, features.

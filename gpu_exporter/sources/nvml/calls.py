@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import pynvml
+
+from gpu_exporter.sources.library.calls import Codes, DeviceCalls
+from gpu_exporter.sources.library.calls import DeviceLost as DeviceLost
 
 T = TypeVar("T")
 
@@ -74,10 +77,6 @@ class NvmlGone(NvmlUnavailable):
         super().__init__(f"NVML stopped answering (driver unloaded?): {reason}", FIX_DRIVER)
 
 
-class DeviceLost(Exception):
-    """This device stopped answering (GPU_IS_LOST, UNKNOWN)."""
-
-
 def init_failure(exc: pynvml.NVMLError) -> NvmlUnavailable:
     """Why nvmlInit failed, and the fix."""
     code = exc.value
@@ -106,28 +105,16 @@ def by_name(name: str) -> Callable[..., Any] | None:
     return call
 
 
+# NVML's codes sorted for the calls every library-based vendor shares
+# (`sources.library.calls`): absent, lost (GPU_IS_LOST, UNKNOWN), gone.
+CODES = Codes(error=pynvml.NVMLError, absent=ABSENT, lost=LOST, gone=GONE, gone_error=NvmlGone)
+
+
 @dataclass
-class Calls:
+class Calls(DeviceCalls):
     """Runs NVML calls for one device and sorts their errors (module docstring)."""
 
-    key: str
-    failures: list[tuple[str, str]] = field(default_factory=list)
-
-    def check(self, what: str, code: int, exc: BaseException | None = None) -> None:
-        if code in ABSENT:
-            return
-        if code in LOST:
-            raise DeviceLost(f"{what}: {exc or code}")
-        if code in GONE:
-            raise NvmlGone(f"{what}: {exc or code}")
-        self.failures.append((f"{self.key}:{what}", f"{what} failed on {self.key}: {exc or code}"))
-
-    def __call__(self, what: str, fn: Callable[..., T], *args: Any) -> T | None:
-        try:
-            return fn(*args)
-        except pynvml.NVMLError as exc:
-            self.check(what, exc.value, exc)
-            return None
+    codes: Codes = CODES
 
 
 class Versions:

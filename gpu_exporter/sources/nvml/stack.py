@@ -5,7 +5,7 @@ given (`GivenGpus`), so that a GPU NVML cannot read is still reported, down.
 
 NVML is one library per process, so the stack is too: collectors `attach()` and
 `detach()`; the last one out shuts NVML down. Each collector reads its GPUs through
-its own `lanes.Lanes`.
+its own `sources.library.lanes.Lanes`.
 
 Discovery runs on one worker per GPU under a deadline: a GPU that hangs while being
 identified delays neither start-up nor scrapes, and is identified once it answers. A GPU

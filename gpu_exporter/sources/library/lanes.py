@@ -1,7 +1,7 @@
-"""Per-GPU NVML work in lanes: persistent workers that run one GPU's job after another,
-so that a GPU whose call hangs (or that is lost) costs only itself. Every per-GPU call
-of the stack runs this way: device values, process lists, process utilization, field
-values.
+"""Per-device library work in lanes: persistent workers that run one device's job after
+another, so that a device whose call hangs (or that is lost) costs only itself. Every
+per-GPU call of the NVML stack runs this way (device values, process lists, process
+utilization, field values), and every per-device HLML read of the gaudi collector.
 
 A GPU whose job has not returned for _STALL_SECONDS hands the GPUs queued behind it to
 a new lane; the caller stops waiting at its deadline. Until the stuck job returns, the
