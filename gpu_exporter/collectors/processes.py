@@ -23,7 +23,6 @@ from gpu_exporter.collectors.base import (
     device_features,
 )
 from gpu_exporter.collectors.pods import PodAllocations
-from gpu_exporter.collectors.sysfs_gpus import drm_clients
 from gpu_exporter.model import catalogue as c
 from gpu_exporter.model import flagtypes
 from gpu_exporter.model.attribution import Consumer
@@ -332,7 +331,7 @@ class ProcessesCollector(Collector):
         if not gpus:
             return  # no AMD/Intel GPU: spare every scrape a walk over every open file
         try:
-            clients = drm_clients(sink, self.settings.procfs)
+            clients = sink.inputs.drm_clients(self.settings.procfs, sink.deadline)
         except TimeoutError as exc:
             sink.fail("fdinfo", str(exc))
             for pci in gpus:
