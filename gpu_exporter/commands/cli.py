@@ -365,11 +365,13 @@ def serve_cmd(ctx: click.Context, /, **params: Any) -> None:
 @click.pass_context
 def dump(ctx: click.Context, /, **params: Any) -> None:
     """Print one scrape in the Prometheus text format and exit."""
-    from prometheus_client.exposition import generate_latest
+    from gpu_exporter.scrape.render import TextRenderer
 
     exporter = _start(_with_flags_before(ctx, params))
     try:
-        sys.stdout.write(generate_latest(make_registry(exporter)).decode())
+        # The renderer /metrics answers text 0.0.4 with (http/app.py): one code path for
+        # both, byte for byte prometheus_client's generate_latest.
+        sys.stdout.write(TextRenderer().render(make_registry(exporter)).decode())
     finally:
         exporter.close()
 
