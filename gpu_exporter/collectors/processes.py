@@ -193,6 +193,8 @@ class ProcessesCollector(Collector):
                 sink.consumers[device] = consumers
         self._cap.forget_other_devices(by_device.keys() | read)
         c.PROCESSES_FOLDED.emit(sink, self._cap.folded_total, {})
+        c.PROCESS_FACTS_CACHE_LOOKUPS.emit(sink, self._table.hits, {"result": "hit"})
+        c.PROCESS_FACTS_CACHE_LOOKUPS.emit(sink, self._table.misses, {"result": "miss"})
         for device, refs in sorted((pods or {}).items()):
             for r in refs:
                 labels: c.GpuAllocationLabels = {

@@ -785,6 +785,20 @@ PROCESSES_FOLDED = Counter(
     "process_executable_name=\"other\" series; each counted once.", S, NoLabels,
 )
 
+
+class CacheResultLabels(TypedDict):
+    result: Literal["hit", "miss"]
+
+
+PROCESS_FACTS_CACHE_LOOKUPS = Counter(
+    "gpu_exporter_process_facts_cache_lookups_total",
+    "Lookups of a live GPU process's facts (executable, cgroup: container, pod, job) by "
+    "whether they were cached from an earlier scrape (hit) or read from procfs (miss).",
+    S, CacheResultLabels,
+    sources="the processes collector's cache by (pid, start time), at most 8192 "
+    "processes (readers/procfs/procinfo.py); both results reported, 0 until they happen",
+)
+
 DRA_DEVICES_UNRESOLVED = Gauge(
     "gpu_exporter_dra_devices_unresolved",
     "Devices of GPU drivers' DRA claims that the kubelet lists and the node's CDI specs "
