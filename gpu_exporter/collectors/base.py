@@ -24,6 +24,7 @@ from gpu_exporter.model.metric_types import Emitted
 from gpu_exporter.model.process_energy import ProcessKey
 from gpu_exporter.model.records import GpuReading
 from gpu_exporter.model.settings import Option, Settings
+from gpu_exporter.readers.snapshot import ScrapeInputs
 
 T = TypeVar("T")
 
@@ -51,8 +52,8 @@ class _Once:
 
 
 class Shared:
-    """What the collectors of one scrape read once for all of them (the DRM fdinfo walk
-    that the intel and processes collectors both need, side by side). The exporter makes
+    """What the collectors of one scrape read once for all of them (NVML's process lists,
+    which the processes and eBPF collectors both need, side by side). The exporter makes
     one per scrape and hands it to every collector in its Sink; it is gone with the
     scrape, so nothing read for one scrape is ever taken for another."""
 
@@ -95,6 +96,9 @@ class Sink(Emitted):
     device_labels: dict[str, PodLabels] = field(default_factory=dict)
     failures: list[tuple[str, str]] = field(default_factory=list)
     shared: Shared = field(default_factory=Shared)  # one per scrape, the same in each Sink
+    # What the sources say this scrape, read once for every collector (DRM fdinfo): one
+    # per scrape, made by the scrape layer, the same in each Sink.
+    inputs: ScrapeInputs = field(default_factory=ScrapeInputs)
     # The processes on each device whose list was read this scrape (None: not readable),
     # by device key: what the exporter splits each GPU's energy among (process_energy).
     consumers: dict[str, Sequence[Consumer[ProcessKey]] | None] = field(default_factory=dict)

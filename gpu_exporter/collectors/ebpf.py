@@ -12,7 +12,6 @@ from functools import partial
 from typing import Any, ClassVar, Protocol, TypeVar
 
 from gpu_exporter.collectors.base import Availability, Collector, CollectorFault, Feature, Sink
-from gpu_exporter.collectors.sysfs_gpus import drm_clients
 from gpu_exporter.model import catalogue as c
 from gpu_exporter.model import flagtypes
 from gpu_exporter.model.metric_types import Buckets
@@ -331,7 +330,8 @@ class EbpfCollector(Collector):
         if not self._amd_cards:
             return None
         try:
-            return hip_devices.amd_view(drm_clients(sink, self.settings.procfs))
+            return hip_devices.amd_view(
+                sink.inputs.drm_clients(self.settings.procfs, sink.deadline))
         except TimeoutError as exc:
             sink.fail("fdinfo", str(exc))
             return NvmlView({}, False, {})

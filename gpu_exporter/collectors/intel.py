@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpu_exporter.collectors.base import Availability, Sink
-from gpu_exporter.collectors.sysfs_gpus import DISCOVERY_INTERVAL, SysfsGpuCollector, drm_clients
+from gpu_exporter.collectors.sysfs_gpus import DISCOVERY_INTERVAL, SysfsGpuCollector
 from gpu_exporter.model.records import GpuIdentity, GpuReading, GpuTask
 from gpu_exporter.readers.file_values import Problems
 from gpu_exporter.readers.procfs import fdinfo
@@ -41,7 +41,7 @@ class IntelCollector(SysfsGpuCollector):
         if not gpus:
             return
         try:
-            clients = [c for c in drm_clients(sink, self.settings.procfs)
+            clients = [c for c in sink.inputs.drm_clients(self.settings.procfs, sink.deadline)
                        if c.driver in intel.DRIVERS]
         except TimeoutError as exc:
             sink.fail("fdinfo", str(exc))

@@ -23,7 +23,6 @@ from gpu_exporter.collectors.base import (
     device_features,
 )
 from gpu_exporter.collectors.pods import PodAllocations
-from gpu_exporter.collectors.sysfs_gpus import drm_clients
 from gpu_exporter.model import catalogue as c
 from gpu_exporter.model import flagtypes
 from gpu_exporter.model.attribution import Consumer
@@ -198,6 +197,8 @@ class ProcessesCollector(Collector):
                 sink.consumers[device] = consumers
         self._cap.forget_other_devices(by_device.keys() | read)
         c.PROCESSES_FOLDED.emit(sink, self._cap.folded_total, {})
+        c.PROCESS_FACTS_CACHE_LOOKUPS.emit(sink, self._table.hits, {"result": "hit"})
+        c.PROCESS_FACTS_CACHE_LOOKUPS.emit(sink, self._table.misses, {"result": "miss"})
         for device, refs in sorted((pods or {}).items()):
             for r in refs:
                 labels: c.GpuAllocationLabels = {
@@ -336,7 +337,7 @@ class ProcessesCollector(Collector):
         if not gpus:
             return  # no AMD/Intel GPU: spare every scrape a walk over every open file
         try:
-            clients = drm_clients(sink, self.settings.procfs)
+            clients = sink.inputs.drm_clients(self.settings.procfs, sink.deadline)
         except TimeoutError as exc:
             sink.fail("fdinfo", str(exc))
             for pci in gpus:

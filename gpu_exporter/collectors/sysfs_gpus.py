@@ -1,7 +1,6 @@
 """What the amd and intel collectors share: PCI discovery on an interval, a grace period
 for cards that vanish, cards that do not answer retried every --collector.retry-interval,
-one card at a time within the scrape deadline; and the one DRM fdinfo walk of a scrape
-(intel, processes). Not a collector itself (not registered).
+one card at a time within the scrape deadline. Not a collector itself (not registered).
 
 Every card bound to the collector's driver is reported, readable or not: a card that
 has never answered in this process (lost before the exporter started) is `hw_gpu_up 0`
@@ -25,7 +24,6 @@ from gpu_exporter.model import flagtypes
 from gpu_exporter.model.records import GpuIdentity, GpuReading, Vendor
 from gpu_exporter.model.settings import Option
 from gpu_exporter.readers.file_values import Problems, listing
-from gpu_exporter.readers.procfs import fdinfo
 from gpu_exporter.readers.sysfs import pcie
 from gpu_exporter.readers.sysfs.pci import DeviceTracker, PciGpu, not_read_because
 
@@ -40,13 +38,6 @@ DISCOVERY_GRACE = Option(
     "Seconds a vanished AMD or Intel GPU keeps reporting hw_gpu_up 0 before it is dropped.")
 SYSFS_FIX = ("in a container, mount the host's /sys (read-only) and pass "
              "--path.sysfs=<that mount>")
-
-
-def drm_clients(sink: Sink, procfs: str) -> list[fdinfo.DrmClient]:
-    """Every DRM client of the host (all drivers), walked once per scrape however many
-    collectors ask. TimeoutError when the walk passes the scrape deadline."""
-    return sink.once(("drm-fdinfo", procfs),
-                     lambda: fdinfo.read_drm_clients(procfs, deadline=sink.deadline))
 
 
 class SysfsGpuCollector(Collector):

@@ -271,6 +271,7 @@ def _on_hangup(_signum: int, _frame: object) -> None:
 
 def serve(params: dict[str, Any]) -> None:
     from gpu_exporter.http.app import ListenError, make_server
+    from gpu_exporter.http.selfmetrics import HttpSelfMetrics
     from gpu_exporter.http.server import HttpServer
 
     # From the first moment: a SIGHUP while collectors start must not end the process.
@@ -282,14 +283,17 @@ def serve(params: dict[str, Any]) -> None:
     def bind(exporter: GpuExporterCollector) -> None:
         # Bound before the collectors start: a bad address or a port in use is the one
         # line the operator sees, not the last of the collectors' start-up logs.
+        registry = make_registry(exporter)
         try:
             bound.append(make_server(
-                params["web_listen_address"], make_registry(exporter),
+                params["web_listen_address"], registry,
                 params["web_telemetry_path"], web_config, params["web_read_header_timeout"],
             ))
         except ListenError as exc:
             _fault(EXIT_LISTEN, str(exc))
-        exporter.http_refusals = bound[0].refusal_counts
+        # The HTTP front's self-metrics: a collector of its own, after the exporter's.
+        registry.register(HttpSelfMetrics(bound[0].refusal_counts,
+                                          exporter.settings.resource_labels))
 
     exporter = _start(params, prepare=bind)
     server = bound[0]
@@ -361,11 +365,13 @@ def serve_cmd(ctx: click.Context, /, **params: Any) -> None:
 @click.pass_context
 def dump(ctx: click.Context, /, **params: Any) -> None:
     """Print one scrape in the Prometheus text format and exit."""
-    from prometheus_client.exposition import generate_latest
+    from gpu_exporter.scrape.render import TextRenderer
 
     exporter = _start(_with_flags_before(ctx, params))
     try:
-        sys.stdout.write(generate_latest(make_registry(exporter)).decode())
+        # The renderer /metrics answers text 0.0.4 with (http/app.py): one code path for
+        # both, byte for byte prometheus_client's generate_latest.
+        sys.stdout.write(TextRenderer().render(make_registry(exporter)).decode())
     finally:
         exporter.close()
 

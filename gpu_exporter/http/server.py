@@ -23,7 +23,8 @@ whole (the measurements that chose this design are in docs/web-front.md):
   that is gone;
 - a client that goes away is one debug line and a count; no traceback ever reaches stderr;
 - each connection refused or closed early is counted by its reason
-  (`refusal_counts()`, the exporter's gpu_exporter_http_connections_refused_total).
+  (`refusal_counts()`, served as gpu_exporter_http_connections_refused_total by
+  `selfmetrics.HttpSelfMetrics`).
 """
 
 from __future__ import annotations

@@ -795,6 +795,35 @@ EBPF_EXECUTABLES_FOLDED = Counter(
     NoLabels,
 )
 
+PROCESSES_FOLDED = Counter(
+    "gpu_exporter_processes_folded_total",
+    "Processes beyond --processes.max-per-gpu on a GPU, reported in its "
+    "process_executable_name=\"other\" series; each counted once.", S, NoLabels,
+)
+
+
+class CacheResultLabels(TypedDict):
+    result: Literal["hit", "miss"]
+
+
+PROCESS_FACTS_CACHE_LOOKUPS = Counter(
+    "gpu_exporter_process_facts_cache_lookups_total",
+    "Lookups of a live GPU process's facts (executable, cgroup: container, pod, job) by "
+    "whether they were cached from an earlier scrape (hit) or read from procfs (miss).",
+    S, CacheResultLabels,
+    sources="the processes collector's cache by (pid, start time), at most 8192 "
+    "processes (readers/procfs/procinfo.py); both results reported, 0 until they happen",
+)
+
+DRA_DEVICES_UNRESOLVED = Gauge(
+    "gpu_exporter_dra_devices_unresolved",
+    "Devices of GPU drivers' DRA claims that the kubelet lists and the node's CDI specs "
+    "do not resolve to a GPU (never guessed: processes.dra names them); absent until "
+    "the kubelet has listed a claim, and while it does not answer.", S, NoLabels,
+)
+
+# --- the HTTP front (its own collector, gpu_exporter/http/selfmetrics.py: last in a scrape)
+
 # Why the HTTP front closed a connection before (or instead of) answering it in full
 # (gpu_exporter/http/server.py; docs/web-front.md, "Limits").
 HttpRefusalReason = Literal[
@@ -824,23 +853,14 @@ HTTP_CONNECTIONS_REFUSED = Counter(
     "until it happens",
 )
 
-PROCESSES_FOLDED = Counter(
-    "gpu_exporter_processes_folded_total",
-    "Processes beyond --processes.max-per-gpu on a GPU, reported in its "
-    "process_executable_name=\"other\" series; each counted once.", S, NoLabels,
-)
-
-DRA_DEVICES_UNRESOLVED = Gauge(
-    "gpu_exporter_dra_devices_unresolved",
-    "Devices of GPU drivers' DRA claims that the kubelet lists and the node's CDI specs "
-    "do not resolve to a GPU (never guessed: processes.dra names them); absent until "
-    "the kubelet has listed a claim, and while it does not answer.", S, NoLabels,
-)
-
 CATALOGUE: tuple[Family[Any], ...] = tuple(
     m for m in globals().values() if isinstance(m, Family)
 )
 BY_NAME: dict[str, Family[Any]] = {m.name: m for m in CATALOGUE}
+# Families the HTTP front emits, with a collector of its own; a scrape emits the others.
+HTTP_FAMILIES: tuple[Family[Any], ...] = (HTTP_CONNECTIONS_REFUSED,)
+SCRAPE_FAMILIES: tuple[Family[Any], ...] = tuple(
+    m for m in CATALOGUE if m not in HTTP_FAMILIES)
 
 # Scope label names, for the places that list them (rules, vmagent config, docs).
 DEVICE_LABELS: tuple[str, ...] = DEVICE_LABEL_SET.names

@@ -9,7 +9,7 @@ import platform
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, cast
@@ -43,6 +43,7 @@ from gpu_exporter.model.metric_types import Emitted, Family, HistogramSeries, Ki
 from gpu_exporter.model.records import VENDOR_ORDER, GpuReading
 from gpu_exporter.model.settings import Settings
 from gpu_exporter.model.worker import Busy, Job, Worker
+from gpu_exporter.readers.snapshot import ScrapeInputs
 from gpu_exporter.scrape import gcpause
 
 log = logging.getLogger("gpu_exporter.exporter")
@@ -124,9 +125,6 @@ class GpuExporterCollector(PromCollector):
         self._build_labels = known(
             c.BuildLabels, version=__version__, python_version=platform.python_version(),
             nvml_bindings_version=_nvml_bindings_version())
-        # The HTTP front's connections refused or closed early, by reason (`serve` sets
-        # it: the server sits above the exporter; `dump` and `doctor` have none).
-        self.http_refusals: Callable[[], Mapping[c.HttpRefusalReason, int]] | None = None
 
     # -- life cycle ------------------------------------------------------------------
     def start(self) -> dict[str, Availability]:
@@ -204,7 +202,7 @@ class GpuExporterCollector(PromCollector):
     def describe(self) -> Iterator[PromMetric]:
         """Every family the exporter can emit (empty): the registry learns their names,
         so that a scrape's `name[]` filter finds this collector."""
-        return (_prometheus_family(fam) for fam in c.CATALOGUE)
+        return (prometheus_family(fam) for fam in c.SCRAPE_FAMILIES)
 
     def collect(self) -> Iterator[PromMetric]:
         arrived = time.monotonic()
@@ -250,9 +248,10 @@ class GpuExporterCollector(PromCollector):
         pending: dict[str, tuple[_Slot, Job[bool], float]] = {}
         ended: dict[str, float] = {}  # by the workers: when each collector returned
         shared = Shared()  # what one collector reads for all of this scrape
+        inputs = ScrapeInputs()  # what the sources say this scrape, read once
         previous: Job[bool] | None = None
         for name, slot in self._slots.items():
-            sink = Sink(name, deadline, shared=shared)
+            sink = Sink(name, deadline, shared=shared, inputs=inputs)
             sinks[name] = sink
             if previous is not None:
                 previous.wait(min(_STAGGER_SECONDS, deadline - time.monotonic()))
@@ -373,9 +372,6 @@ class GpuExporterCollector(PromCollector):
         for name in sorted(success):
             c.COLLECTOR_SUCCESS.emit(out, 1 if success[name] else 0, {"collector": name})
             c.COLLECTOR_DURATION.emit(out, duration.get(name, 0.0), {"collector": name})
-        if self.http_refusals is not None:
-            for reason, n in sorted(self.http_refusals().items()):
-                c.HTTP_CONNECTIONS_REFUSED.emit(out, n, {"reason": reason})
         features = self.availability()
         self._tell(features)
         for f in sorted(features, key=lambda f: (f.name, f.hw_id or "")):
@@ -419,7 +415,7 @@ def assign_device_labels(gpus: Sequence[GpuReading]) -> dict[str, dict[str, str]
     return labels
 
 
-def _prometheus_family(fam: Family[Any]) -> PromMetric:
+def prometheus_family(fam: Family[Any]) -> PromMetric:
     if fam.kind is Kind.COUNTER:
         return CounterMetricFamily(fam.name, fam.help, unit=fam.unit)
     if fam.kind is Kind.HISTOGRAM:
@@ -446,7 +442,7 @@ def build_families(
             histograms[fam].append(hseries)
     out: list[PromMetric] = []
     for fam in sorted(scalars.keys() | histograms.keys(), key=lambda f: f.order):
-        prom = _prometheus_family(fam)
+        prom = prometheus_family(fam)
         if fam in scalars:
             _add_scalars(prom.samples, fam.name, scalars[fam], joined, resource)
         if fam in histograms:

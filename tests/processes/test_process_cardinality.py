@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.fake_nvml import scenario as fake
-from tests.helpers import find, parse, promtool_check_metrics, value
+from tests.helpers import Series, find, parse, promtool_check_metrics, value
 from tests.processes.procfs import remove_process, write_process
 from tests.processes.test_processes import running
 
@@ -38,6 +38,11 @@ def _wave(sc: fake.Scenario, procfs: Path, first_pid: int) -> list[int]:
     return pids
 
 
+def _lookups(s: list[Series]) -> dict[str, float]:
+    return {x.labels["result"]: x.value
+            for x in find(s, "gpu_exporter_process_facts_cache_lookups_total")}
+
+
 def test_1500_executable_names_keep_the_page_under_10000_series(lib: Path,
                                                                 tmp_path: Path) -> None:
     procfs = tmp_path / "proc"
@@ -52,6 +57,7 @@ def test_1500_executable_names_keep_the_page_under_10000_series(lib: Path,
                  for x in find(s, "process_gpu_memory_usage_bytes")}
         assert len(names - {"other"}) == GPUS * CAP and "other" in names
         assert value(s, "gpu_exporter_processes_folded_total") == WAVE - GPUS * CAP
+        assert _lookups(s) == {"hit": 0, "miss": WAVE}  # each process's facts read once
         assert sum(x.value for x in find(s, "process_gpu_memory_usage_bytes")) == WAVE * GIB
         assert len(s) < 10_000
         # The first wave exits, a second of as many new names starts.
@@ -67,5 +73,8 @@ def test_1500_executable_names_keep_the_page_under_10000_series(lib: Path,
         assert left and {str(p) for p in first}.isdisjoint(left)
         assert left <= {str(p) for p in second}
         assert value(s, "gpu_exporter_processes_folded_total") == 2 * (WAVE - GPUS * CAP)
+        # The second wave read at its first scrape, found in the cache at the next; the
+        # first wave's exited processes are no lookup at all.
+        assert _lookups(s) == {"hit": WAVE, "miss": 2 * WAVE}
         print(f"\n{len(s)} series, {len(text)} bytes after 1,500 names")
         assert len(s) < 10_000

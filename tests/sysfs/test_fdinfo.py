@@ -12,7 +12,7 @@ import pytest
 
 from gpu_exporter.collectors import REGISTRY
 from gpu_exporter.collectors.base import Shared, Sink
-from gpu_exporter.collectors.sysfs_gpus import drm_clients
+from gpu_exporter.readers.procfs import fdinfo as fdinfo_mod
 from gpu_exporter.readers.procfs.fdinfo import (
     EngineUsage,
     device_utilization,
@@ -20,6 +20,7 @@ from gpu_exporter.readers.procfs.fdinfo import (
     parse_fdinfo,
     read_drm_clients,
 )
+from gpu_exporter.readers.snapshot import ScrapeInputs
 from tests.helpers import exporter, find, parse, run_cli, value
 from tests.processes.procfs import write_process
 from tests.sysfs.conftest import only_sysfs_collectors
@@ -224,26 +225,26 @@ def test_one_walk_per_scrape_shared_by_its_collectors(tmp_path: Path) -> None:
     write_process(procfs, 10, comm="a", fdinfo={3: I915.format(cid=1, local=4, render=5,
                                                                   video=0)})
     deadline = time.monotonic() + 10
-    scrape = Shared()  # what the exporter hands every collector of one scrape
-    first = drm_clients(Sink("intel", deadline, shared=scrape), str(procfs))
+    scrape = ScrapeInputs()  # what the exporter hands every collector of one scrape
+    first = Sink("intel", deadline, inputs=scrape).inputs.drm_clients(str(procfs), deadline)
     assert [c.client_id for c in first] == [1]
     # A second collector of the same scrape gets that walk, not a new one.
     write_process(procfs, 11, comm="b", fdinfo={3: I915.format(cid=2, local=4, render=5,
                                                                   video=0)})
     results: list[list[int]] = []
     t = threading.Thread(target=lambda: results.append(
-        [c.client_id for c in drm_clients(Sink("processes", deadline, shared=scrape),
-                                          str(procfs))]))
+        [c.client_id for c in Sink("processes", deadline, inputs=scrape).inputs.drm_clients(
+            str(procfs), deadline)]))
     t.start()
     t.join(10)
     assert results == [[1]]
     # The next scrape walks again.
-    assert [c.client_id for c in drm_clients(Sink("intel", deadline), str(procfs))] == [1, 2]
+    assert [c.client_id for c in ScrapeInputs().drm_clients(str(procfs), deadline)] == [1, 2]
     # A walk past its deadline fails every caller of that scrape.
-    late = Shared()
-    for name in ("intel", "processes"):
+    late = ScrapeInputs()
+    for _ in ("intel", "processes"):
         with pytest.raises(TimeoutError):
-            drm_clients(Sink(name, time.monotonic() - 1, shared=late), str(procfs))
+            late.drm_clients(str(procfs), time.monotonic() - 1)
 
 
 def test_a_collector_waits_for_the_shared_walk_only_until_its_deadline() -> None:
@@ -264,3 +265,32 @@ def test_a_collector_waits_for_the_shared_walk_only_until_its_deadline() -> None
     release.set()
     owner.join(10)
     assert scrape.once("walk", lambda: pytest.fail("read twice"), time.monotonic()) is True
+
+
+def test_a_collector_waits_for_the_scrapes_walk_only_until_its_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """ScrapeInputs: the second collector to ask waits for the first one's walk, never
+    past its own deadline, and then shares that walk's result."""
+    inside, release = threading.Event(), threading.Event()
+    walks: list[str] = []
+
+    def walk(procfs: str, deadline: float | None = None) -> list[fdinfo_mod.DrmClient]:
+        walks.append(procfs)
+        inside.set()
+        release.wait(10)
+        return []
+
+    monkeypatch.setattr(fdinfo_mod, "read_drm_clients", walk)
+    scrape = ScrapeInputs()
+    owner = threading.Thread(target=lambda: scrape.drm_clients("/p", time.monotonic() + 10))
+    owner.start()
+    assert inside.wait(10)
+    started = time.monotonic()
+    with pytest.raises(TimeoutError):
+        scrape.drm_clients("/p", time.monotonic() + 0.2)
+    assert 0.15 < time.monotonic() - started < 2
+    release.set()
+    owner.join(10)
+    assert scrape.drm_clients("/p", time.monotonic()) == []
+    assert walks == ["/p"]
