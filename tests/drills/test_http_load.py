@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from tests.helpers import Exporter, eventually, exporter, parse, promtool_check_metrics
 
@@ -32,6 +33,19 @@ def threads_of(pid: int) -> int:
             if line.startswith("Threads:"):
                 return int(line.split()[1])
     raise AssertionError(f"no Threads: line for pid {pid}")
+
+
+def sockets_of(pid: int) -> int:
+    """The sockets the process holds open (its listener, its clients' connections)."""
+    fds = Path(f"/proc/{pid}/fd")
+    return sum(1 for fd in fds.iterdir() if _readlink(fd).startswith("socket:"))
+
+
+def _readlink(fd: Path) -> str:
+    try:
+        return os.readlink(fd)
+    except FileNotFoundError:  # closed while we listed the folder
+        return ""
 
 
 def get(port: int, path: str = "/metrics", timeout: float = SCRAPE_TIMEOUT

@@ -10,7 +10,6 @@ import http.client
 import socket
 import ssl
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +25,7 @@ from tests.drills.test_http_bursts import (
     report,
     slow_bodies,
 )
-from tests.drills.test_http_load import SCRAPE_TIMEOUT, threads_of
+from tests.drills.test_http_load import SCRAPE_TIMEOUT, sockets_of, threads_of
 from tests.helpers import eventually
 from tests.web.certs import make_certs
 from tests.web.serve import tls_exporter, write_config
@@ -139,6 +138,8 @@ def test_tls_scrapers_hanging_up_mid_response_write_no_warn_line(tmp_path: Path)
     with tls_auth_exporter(tmp_path) as exp:
         request = (b"GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: "
                    + exp.auth.encode() + b"\r\n\r\n")
+        assert exp.scrape() == 200
+        idle_sockets = sockets_of(exp.pid)
         for _ in range(60):
             raw = socket.socket()
             raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
@@ -149,7 +150,10 @@ def test_tls_scrapers_hanging_up_mid_response_write_no_warn_line(tmp_path: Path)
             assert s.recv(1) == b"H"
             reset_close(s)
         assert exp.scrape() == 200
-        time.sleep(1)  # what the exporter logs of the last hang-ups, written by now
+        # Every hung-up connection handled and closed by the exporter: what it logs of
+        # them is written by then.
+        eventually(lambda: sockets_of(exp.pid) <= idle_sockets, 30,
+                   "the exporter closed every hung-up connection")
         warned = [ln for ln in exp.log.read_text().splitlines() if WARN.search(ln)]
         report({"attack": "60 TLS hang-ups mid-response (10 requests pipelined each)",
                 "warn_lines": len(warned)})
