@@ -137,6 +137,10 @@ class Collector(ABC):
     # Collectors that report devices run the same scrape as those that label them; all
     # device labels are joined after every collector has returned.
     options: ClassVar[Sequence[Option[Any]]] = ()
+    # collect() may wait for devices until the scrape's deadline (a GPU hung in a call
+    # run in lanes): the scrape's own thread runs at most one such collector (see
+    # guarded()), so that two such waits never add up.
+    waits_for_devices: ClassVar[bool] = False
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -151,6 +155,15 @@ class Collector(ABC):
     def collect(self, sink: Sink) -> None:
         """Read everything once and write it into `sink`. Must not raise for a single
         bad device or field (use sink.fail); an exception marks the collector failed."""
+
+    def guarded(self) -> bool:
+        """Whether this scrape's collect() may make a call that can hang with no
+        deadline of its own (a library's start, a GPU driver's file, ACPI firmware, a
+        network filesystem): it then runs on a worker of its own, and a hang costs only
+        its series. False: it runs on the scrape's own thread, which saves the hand-offs
+        between threads that dominate a 1 Hz scrape's cost (docs/performance.md, issue
+        #34). Asked before every scrape; True unless the collector knows better."""
+        return True
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources (threads, probes, library handles)."""

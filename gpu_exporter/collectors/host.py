@@ -101,6 +101,11 @@ class HostCollector(Collector):
             self._netlink.close()
             self._netlink = None
 
+    def guarded(self) -> bool:
+        # statvfs of a network or FUSE filesystem waits for its server; the rest reads
+        # the kernel's own tables.
+        return self._filesystems_reader.may_block
+
     def collect(self, sink: Sink) -> None:
         parts: tuple[tuple[str, Callable[[Sink], None]], ...] = (
             ("cpu", self._cpu), ("memory", self._memory),

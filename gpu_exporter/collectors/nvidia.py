@@ -48,6 +48,7 @@ _ECC_COUNTS = ("ecc_corrected", "ecc_uncorrected")
 
 
 class NvidiaCollector(Collector):
+    waits_for_devices = True  # in lanes, one per GPU
     name: ClassVar[str] = "nvidia"
     help: ClassVar[str] = "NVIDIA GPUs through NVML (libnvidia-ml.so.1)."
     options = (DEVFS, nvlink.PER_LINK, GPM, PCI)
@@ -140,6 +141,11 @@ class NvidiaCollector(Collector):
         return Availability.enabled("module(s) " + ", ".join(map(str, ids)))
 
     # -- scrape ----------------------------------------------------------------------
+    def guarded(self) -> bool:
+        # Every per-GPU call runs in lanes with a deadline; only NVML's (re)start and the
+        # retry of a missing GPU call it on this thread.
+        return self._stack is None or not self._stack.steady()
+
     def collect(self, sink: Sink) -> None:
         assert self._stack is not None
         deadline = sink.deadline - _RETURN_MARGIN_SECONDS

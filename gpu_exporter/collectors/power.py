@@ -148,6 +148,11 @@ class PowerCollector(Collector):
     def features(self) -> Sequence[Feature]:
         return [Feature("acpi_power_meter", self._acpi), Feature("rapl", self._rapl)]
 
+    def guarded(self) -> bool:
+        # An ACPI power meter's reading runs the firmware's method (_PMM), which may ask
+        # the BMC and wait for it; RAPL counters are a register read.
+        return bool(self._meters)
+
     def collect(self, sink: Sink) -> None:
         if time.monotonic() - self._found_at >= self.settings.retry_interval_seconds:
             self._discover()

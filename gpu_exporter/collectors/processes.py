@@ -103,6 +103,7 @@ class _Usage:
 
 
 class ProcessesCollector(Collector):
+    waits_for_devices = True  # in lanes, one per GPU
     name = "processes"
     help = ("GPU memory and utilization per process (NVML; DRM fdinfo for AMD and Intel) "
             "with executable, container and Kubernetes pod.")
@@ -116,6 +117,7 @@ class ProcessesCollector(Collector):
         self._device_labels = self.settings.get(DEVICE_LABELS_OPTION)
         self._cap = ProcessCap(self.settings.get(MAX_PER_GPU_OPTION))
         self._last_scrape = 0.0  # time.monotonic() of the previous collect()
+        self._device_files = True  # AMD/Intel/Gaudi cards last scrape (unknown: True)
         self._nvml = nvml_stack.attach(self.settings)
         self._lanes: Lanes[int, nvml_processes.DeviceProcesses] = Lanes("processes")
         # Per GPU (hw_id) of the current NVML session: what its utilization sampling learnt.
@@ -172,6 +174,12 @@ class ProcessesCollector(Collector):
         self._pods.close()
 
     # -- one scrape --------------------------------------------------------------------
+    def guarded(self) -> bool:
+        # NVML's (re)start, and the DRM and accel drivers' fdinfo, can hang (a driver
+        # holding a lock through a GPU reset); NVML's per-GPU calls run in lanes and the
+        # kubelet call has a deadline. Device files: as seen by the previous scrape.
+        return self._device_files or not self._nvml.steady()
+
     def collect(self, sink: Sink) -> None:
         # NVML's process calls run in lanes meanwhile: a GPU hung in one of them costs
         # only its own processes, not the kubelet's answer or the AMD/Intel clients.
@@ -180,8 +188,9 @@ class ProcessesCollector(Collector):
         pods = self._pods.read(sink)
         usage: dict[tuple[str, int], _Usage] = {}
         read: set[str] = set()  # devices whose process lists were read this scrape
-        self._collect_fdinfo(sink, usage, read)
-        self._collect_accel(sink, usage, read)
+        drm = self._collect_fdinfo(sink, usage, read)
+        accel_nodes = self._collect_accel(sink, usage, read)
+        self._device_files = drm or accel_nodes
         if nvidia is not None:
             self.finish_nvidia(sink, *nvidia, usage, read)
         infos = self._table.lookup_many(pid for _, pid in usage)
@@ -331,18 +340,19 @@ class ProcessesCollector(Collector):
                 entry.activity = u.utilization_ratio.get("general", 0.0) * u.samples
 
     def _collect_fdinfo(self, sink: Sink, usage: dict[tuple[str, int], _Usage],
-                        read: set[str]) -> None:
+                        read: set[str]) -> bool:
+        """The DRM clients' usage; True when the host has an AMD or Intel card."""
         gpus = _drm_gpus(self.settings.sysfs)
         self._fdinfo_state(bool(gpus))
         if not gpus:
-            return  # no AMD/Intel GPU: spare every scrape a walk over every open file
+            return False  # no AMD/Intel GPU: spare every scrape a walk over every open file
         try:
             clients = sink.inputs.drm_clients(self.settings.procfs, sink.deadline)
         except TimeoutError as exc:
             sink.fail("fdinfo", str(exc))
             for pci in gpus:
                 sink.consumers[pci] = None  # unknown this scrape, not free
-            return
+            return True
         read.update(gpus)
         usages = {u.client.key: u for u in self._engines.update(clients)}
         for client in clients:
@@ -356,16 +366,18 @@ class ProcessesCollector(Collector):
             # A process holding several DRM files on one GPU: their memory and busy
             # time add up (each file is a separate client of the driver).
             usage.setdefault((client.pci_address, client.pid), _Usage()).add(u)
+        return True
 
 
     def _collect_accel(self, sink: Sink, usage: dict[tuple[str, int], _Usage],
-                       read: set[str]) -> None:
+                       read: set[str]) -> bool:
         """Gaudi: the process holding a card's accel node is its one user (the driver
         gives one process the compute context), charged the whole card's energy; the
-        driver gives no per-process memory or utilization (docs/gaudi.md)."""
+        driver gives no per-process memory or utilization (docs/gaudi.md). True when
+        the host has a Gaudi card."""
         nodes = accel.accel_devices(self.settings.sysfs, GAUDI_DRIVERS)
         if not nodes:
-            return  # no Gaudi: spare every scrape a walk over every open file
+            return False  # no Gaudi: spare every scrape a walk over every open file
         procfs = self.settings.procfs
         try:
             holders = sink.once(("accel-holders", procfs), lambda: accel.read_accel_holders(
@@ -374,11 +386,12 @@ class ProcessesCollector(Collector):
             sink.fail("accel", str(exc))
             for pci in nodes.values():
                 sink.consumers[pci] = None  # unknown this scrape, not free
-            return
+            return True
         read.update(nodes.values())
         for minor, pci in nodes.items():
             for pid in holders.get(minor, ()):
                 usage.setdefault((pci, pid), _Usage()).add(_Usage(activity=1.0))
+        return True
 
 
 def _drm_gpus(sysfs: str) -> frozenset[str]:

@@ -37,6 +37,20 @@ class Job(Generic[T]):
         return self.result  # type: ignore[return-value]
 
 
+def run_here(fn: Callable[[], T]) -> Job[T]:
+    """fn run on the calling thread, as a finished Job: what a worker would have handed
+    back, without the hand-off (for work that cannot hang)."""
+    job: Job[T] = Job(fn)
+    job.fn = None
+    try:
+        job.result = fn()
+    except BaseException as exc:  # handed to the caller, as a worker's job is
+        job.error = exc
+    finally:
+        job.done.set()
+    return job
+
+
 class Worker:
     def __init__(self, name: str) -> None:
         self.name = name

@@ -42,7 +42,7 @@ from gpu_exporter.model.logs import forget, log_once
 from gpu_exporter.model.metric_types import Emitted, Family, HistogramSeries, Kind, Series
 from gpu_exporter.model.records import VENDOR_ORDER, GpuReading
 from gpu_exporter.model.settings import Settings
-from gpu_exporter.model.worker import Busy, Job, Worker
+from gpu_exporter.model.worker import Busy, Job, Worker, run_here
 from gpu_exporter.readers.snapshot import ScrapeInputs
 from gpu_exporter.scrape import gcpause
 
@@ -69,6 +69,18 @@ class _Slot:
     availability: Availability
     worker: Worker
     last_start: float = field(default_factory=time.monotonic)
+
+    def runs_here(self) -> bool:
+        """Whether the collector runs on the scrape's thread this time: it is running
+        (a start, tried again, may hang: nvmlInit on a lost GPU), its worker is not stuck
+        in an earlier scrape, and it says it cannot hang now. A guarded() that raises
+        counts as True: the worker then reports what went wrong."""
+        if self.availability.state != "enabled" or self.worker.busy:
+            return False
+        try:
+            return not self.collector.guarded()
+        except Exception:
+            return False
 
 
 @dataclass
@@ -240,19 +252,29 @@ class GpuExporterCollector(PromCollector):
         sinks: dict[str, Sink] = {}
         success: dict[str, bool] = {}
         duration: dict[str, float] = {}
-        # Each collector runs on its own persistent worker, handed its job straight from
-        # this thread (no thread is started per scrape). One starts when the one before
-        # it has returned, or has run _STAGGER_SECONDS: collectors that answer quickly
-        # take turns instead of taking the GIL from each other at every NVML call and
-        # system call, and one that waits or hangs delays the others by that much only.
+        # A collector that may hang (guarded()) runs on its own persistent worker, handed
+        # its job straight from this thread (no thread is started per scrape); one that
+        # cannot runs right here, sparing the two hand-offs between threads that cost a
+        # 1 Hz scrape more than its work (docs/performance.md, issue #34). Of those that
+        # wait for devices in lanes until the deadline (a GPU hung in a call), this
+        # thread runs one only, the last, once every other collector has started: two
+        # such waits never add up. One collector starts when the one before it has
+        # returned, or has run _STAGGER_SECONDS: collectors that answer quickly take
+        # turns instead of taking the GIL from each other at every NVML call and system
+        # call, and one that waits or hangs delays the others by that much only.
         pending: dict[str, tuple[_Slot, Job[bool], float]] = {}
-        ended: dict[str, float] = {}  # by the workers: when each collector returned
+        ended: dict[str, float] = {}  # when each collector returned
         shared = Shared()  # what one collector reads for all of this scrape
         inputs = ScrapeInputs()  # what the sources say this scrape, read once
         previous: Job[bool] | None = None
+        here = {name: slot.runs_here() for name, slot in self._slots.items()}
+        last = next((name for name, slot in reversed(self._slots.items())
+                     if here[name] and slot.collector.waits_for_devices), None)
         for name, slot in self._slots.items():
             sink = Sink(name, deadline, shared=shared, inputs=inputs)
             sinks[name] = sink
+            if name == last:
+                continue  # run below
             if previous is not None:
                 previous.wait(min(_STAGGER_SECONDS, deadline - time.monotonic()))
             started = time.monotonic()
@@ -262,8 +284,12 @@ class GpuExporterCollector(PromCollector):
                 # An unavailable collector is reported by its feature state; it has no
                 # collector_success (it neither ran nor failed).
                 continue
+            run = partial(self._run_on_worker, slot, sink, ended)
+            if here[name] and not slot.collector.waits_for_devices:
+                pending[name] = (slot, run_here(run), started)
+                continue
             try:
-                job = slot.worker.submit(partial(self._run_on_worker, slot, sink, ended))
+                job = slot.worker.submit(run)
             except Busy:
                 log_once(log, f"{name}:busy", logging.WARNING,
                          "collector %s is still stuck in an earlier scrape", name)
@@ -272,6 +298,12 @@ class GpuExporterCollector(PromCollector):
                 continue
             pending[name] = (slot, job, started)
             previous = job
+        if last is not None:
+            if previous is not None:
+                previous.wait(min(_STAGGER_SECONDS, deadline - time.monotonic()))
+            slot, started = self._slots[last], time.monotonic()
+            pending[last] = (slot, run_here(partial(
+                self._run_on_worker, slot, sinks[last], ended)), started)
         for name, (slot, job, started) in pending.items():
             if job.wait(deadline - time.monotonic()):
                 ok = self._finished(slot, sinks[name], job)
@@ -287,8 +319,9 @@ class GpuExporterCollector(PromCollector):
         return self.merge(sinks, success, duration)
 
     def _run_on_worker(self, slot: _Slot, sink: Sink, ended: dict[str, float]) -> bool:
-        """On the collector's worker: start it again when due, then collect. True when
-        it collected (False: still unavailable)."""
+        """On the collector's worker (or the scrape's thread, see _Slot.runs_here): start it
+        again when due, then collect. True when it collected (False: still
+        unavailable)."""
         try:
             if slot.availability.state == "unavailable":
                 self._retry_start(slot)

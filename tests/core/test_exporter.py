@@ -388,3 +388,108 @@ def test_a_permission_error_at_start_is_a_feature_state_retried_not_an_exit() ->
         assert value(series, "system_memory_utilization_ratio") == 0.5
     finally:
         exp.close()
+
+
+class _Threads:
+    """Which thread ran each test collector's collect(), and when."""
+
+    ran: ClassVar[dict[str, str]] = {}
+    spans: ClassVar[dict[str, tuple[float, float]]] = {}
+
+
+class Quick(Enabled):
+    """Cannot hang (guarded() False): reads the kernel's own tables."""
+
+    name = "quick"
+    help = "runs on the scrape's thread"
+
+    def guarded(self) -> bool:
+        return False
+
+    def collect(self, sink: Sink) -> None:
+        _Threads.ran[self.name] = threading.current_thread().name
+        c.SYSTEM_MEMORY_UTILIZATION.emit(sink, 0.5, {})
+
+
+class Careful(Quick):
+    """May hang (the default): on its own worker."""
+
+    name = "careful"
+    help = "runs on its worker"
+
+    def guarded(self) -> bool:
+        return True
+
+
+class WaitsA(Quick):
+    """Cannot hang, but waits for devices until the deadline (a GPU hung in a lane)."""
+
+    name = "waits_a"
+    help = "waits for a hung device"
+    waits_for_devices = True
+    wait_seconds: ClassVar[float] = 0.0
+
+    def collect(self, sink: Sink) -> None:
+        started = time.monotonic()
+        super().collect(sink)
+        time.sleep(min(self.wait_seconds, sink.time_left()))
+        _Threads.spans[self.name] = (started, time.monotonic())
+
+
+class WaitsB(WaitsA):
+    name = "waits_b"
+
+
+def test_collectors_that_cannot_hang_run_on_the_scrapes_own_thread() -> None:
+    WaitsA.wait_seconds = 0.0
+    exp = _exporter(Quick, Careful, WaitsA, WaitsB)
+    try:
+        _Threads.ran.clear()
+        scraper = threading.current_thread().name
+        series = parse(_scrape(exp))
+        for name in ("quick", "careful", "waits_a", "waits_b"):
+            assert value(series, "gpu_exporter_collector_success", collector=name) == 1
+        # The hand-offs a 1 Hz scrape pays for are spared where no hang can happen...
+        assert _Threads.ran["quick"] == scraper
+        assert _Threads.ran["careful"] == "worker-careful"
+        # ...and of the collectors that wait for devices, this thread runs one only.
+        assert _Threads.ran["waits_b"] == scraper
+        assert _Threads.ran["waits_a"] == "worker-waits_a"
+    finally:
+        exp.close()
+
+
+def test_two_collectors_waiting_for_hung_devices_do_not_add_up() -> None:
+    # Each waits 0.8 s of a 1.25 s budget (a GPU hung in a lane call until the deadline):
+    # run one after the other they would pass it; side by side both finish.
+    WaitsA.wait_seconds = 0.8
+    exp = _exporter(Quick, WaitsA, WaitsB, timeout=1.5)
+    try:
+        started = time.monotonic()
+        series = parse(_scrape(exp))
+        assert time.monotonic() - started < 1.2
+        assert value(series, "gpu_exporter_collector_success", collector="waits_a") == 1
+        assert value(series, "gpu_exporter_collector_success", collector="waits_b") == 1
+        a, b = _Threads.spans["waits_a"], _Threads.spans["waits_b"]
+        assert a[0] < b[1] and b[0] < a[1], (a, b)  # they overlapped
+    finally:
+        WaitsA.wait_seconds = 0.0
+        exp.close()
+
+
+class SaysGuardedFails(Quick):
+    name = "guard_fails"
+    help = "guarded() raises"
+
+    def guarded(self) -> bool:
+        raise RuntimeError("cannot tell")
+
+
+def test_a_collector_that_cannot_tell_whether_it_may_hang_runs_on_its_worker() -> None:
+    exp = _exporter(SaysGuardedFails)
+    try:
+        series = parse(_scrape(exp))
+        assert value(series, "gpu_exporter_collector_success", collector="guard_fails") == 1
+        assert _Threads.ran["guard_fails"] == "worker-guard_fails"
+    finally:
+        exp.close()

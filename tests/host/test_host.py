@@ -390,3 +390,33 @@ def test_a_mount_point_that_is_not_utf8_is_read_and_labelled_with_a_replacement(
     assert errors == []
     assert [r.mountpoint for r in readings] == [f"{tmp_path}/data\ufffd"]
     readings[0].mountpoint.encode("utf-8")
+
+
+def test_a_network_or_fuse_filesystem_to_read_keeps_the_host_collector_on_its_worker(
+    tmp_path: Path,
+) -> None:
+    """statvfs of an NFS or FUSE mount waits for its server: while one is read, the host
+    collector runs on a worker of its own (guarded), else on the scrape's thread."""
+    import re
+
+    for d in ("a", "n", "f"):
+        (tmp_path / d).mkdir()
+    mounts = tmp_path / "proc" / "self" / "mounts"
+    mounts.parent.mkdir(parents=True)
+    mounts.write_text(f"/dev/sda1 {tmp_path}/a ext4 rw 0 0\n")
+    reader = host.Filesystems(str(tmp_path / "proc"), re.compile(host.DEFAULT_FS_TYPES_EXCLUDE),
+                              re.compile(host.DEFAULT_MOUNTPOINTS_EXCLUDE))
+    assert reader.may_block  # nothing read yet: unknown
+    reader.read()
+    assert not reader.may_block
+    for line in (f"srv:/export {tmp_path}/n nfs4 rw 0 0",
+                 f"sshfs#u@h: {tmp_path}/f fuse.sshfs rw 0 0",
+                 f"//srv/share {tmp_path}/n cifs rw 0 0", f"ceph:/ {tmp_path}/n ceph rw 0 0"):
+        mounts.write_text(f"/dev/sda1 {tmp_path}/a ext4 rw 0 0\n{line}\n")
+        reader.read()
+        assert reader.may_block, line
+    # Left out by the flags: not read, so it cannot block.
+    excluding = host.Filesystems(str(tmp_path / "proc"), re.compile("^ceph$"),
+                                 re.compile(host.DEFAULT_MOUNTPOINTS_EXCLUDE))
+    excluding.read()
+    assert not excluding.may_block

@@ -338,3 +338,20 @@ def test_what_each_deploy_file_grants_energy_uj_is_what_the_docs_say() -> None:
     # and the fix doctor names says the same of each
     for said in ("runAsUser 0", "10001", "DynamicUser", "systemd-tmpfiles"):
         assert said in RAPL_FIX
+
+
+def test_an_acpi_power_meter_keeps_the_collector_on_its_worker(tmp_path: Path) -> None:
+    """An ACPI meter's reading runs firmware (_PMM), which may wait for the BMC: the
+    collector is then guarded (a worker of its own); RAPL alone runs on the scrape's
+    thread."""
+    from gpu_exporter.collectors.power import PowerCollector
+    from gpu_exporter.model.settings import Settings
+
+    rapl, acpi = tmp_path / "rapl", tmp_path / "acpi"
+    t.intel_two_sockets(rapl)
+    t.grace(acpi)
+    for root, guarded in ((rapl, False), (acpi, True)):
+        collector = PowerCollector(Settings(sysfs=str(root)))
+        assert collector.start().state == "enabled"
+        assert collector.guarded() is guarded, root
+        collector.close()

@@ -208,6 +208,13 @@ def read_filesystems(
     return Filesystems(procfs, types_exclude, mountpoints_exclude).read()
 
 
+# Filesystems whose statvfs can wait without bound: on a server (NFS, SMB, Ceph, Lustre,
+# GPFS, ...) or a user-space daemon (FUSE).
+_REMOTE_FS = re.compile(
+    r"(nfs4?|cifs|smb3?|smbfs|ceph|glusterfs|fuse(blk|ctl)?|fuse\..*|9p|lustre|gpfs|beegfs|"
+    r"afs|davfs|ncpfs|ocfs2|gfs2|virtiofs|panfs|wekafs|orangefs|pvfs2)$")
+
+
 class Filesystems:
     """`read_filesystems`, keeping the mounts to read from one call to the next: the
     mount table is read every time and parsed and filtered again only when its bytes
@@ -221,12 +228,16 @@ class Filesystems:
         self._mountpoints_exclude = mountpoints_exclude
         self._raw: bytes | None = None
         self._wanted: list[tuple[str, bytes, str, str]] = []
+        # Whether a mount to read is a filesystem whose statvfs may wait on a server
+        # (True until the mount table is first read).
+        self.may_block = True
 
     def read(self) -> tuple[list[FilesystemReading], list[tuple[str, str]]]:
         raw = _mounts_file(self._procfs)
         if raw != self._raw:
             self._wanted = self._select(_parse_mounts(raw))
             self._raw = raw
+            self.may_block = any(_REMOTE_FS.match(fs_type) for *_, fs_type in self._wanted)
         readings: list[FilesystemReading] = []
         errors: list[tuple[str, str]] = []
         for device, path, mountpoint, fs_type in self._wanted:

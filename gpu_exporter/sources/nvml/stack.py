@@ -323,6 +323,17 @@ class NvmlStack:
             self.settle(session, deadline)
         return session
 
+    def steady(self) -> bool:
+        """True when `session()` would make no NVML call on its caller's thread now: a
+        live session, and no retry of a missing GPU due (either would call nvmlInit or
+        nvmlDeviceGetCount there, which hang on a GPU that fell off the bus). Every
+        per-GPU call runs in lanes, with a deadline of its own."""
+        session = self.current
+        if session is None or session.gone:
+            return False
+        return not (self.gpus.unresolved(session) and time.monotonic() - self._last_check
+                    >= self._settings.retry_interval_seconds)
+
     def _start(self, deadline: float) -> Session:
         self._last_attempt = self._last_check = time.monotonic()
         self.gpus.read_driver(deadline)
