@@ -61,7 +61,8 @@ class ViewingEbpf(EbpfCollector):
 
 
 @contextmanager
-def node(tmp_path: Path, timeout: float = 10.0
+def node(tmp_path: Path, timeout: float = 10.0,
+         names: frozenset[str] = frozenset({"nvidia", "processes", "ebpf"}),
          ) -> Iterator[tuple[fake.Scenario, GpuExporterCollector]]:
     sc = fleet.scenario(GPUS, processes=2 * GPUS)  # pid 100000 + p on GPU p % GPUS
     now = int(time.time() * 1_000_000)  # NVML stamps samples with the host's clock (µs)
@@ -71,7 +72,6 @@ def node(tmp_path: Path, timeout: float = 10.0
     fake.load_in_process(sc.write(tmp_path / "node.scenario"))
     sysfs = tmp_path / "sysfs"
     sysfs.mkdir()
-    names = frozenset({"nvidia", "processes", "ebpf"})
     settings = Settings(sysfs=str(sysfs), scrape_timeout_seconds=timeout,
                         enabled_collectors=names,
                         options={o.name: o.default for cls in REGISTRY for o in cls.options})
@@ -160,3 +160,20 @@ def test_a_gpu_hung_in_a_process_call_costs_only_itself_in_both_collectors(
         assert success(families)["processes"] == 1
         view = SOURCE.views[-1]
         assert view is not None and view.complete
+
+
+def test_the_ebpf_collector_alone_reads_the_lists_once_and_no_utilization(
+    tmp_path: Path,
+) -> None:
+    """Without the processes collector nobody samples utilization: the round reads the
+    lists only."""
+    with node(tmp_path, names=frozenset({"nvidia", "ebpf"})) as (_, exporter):
+        for _ in range(2):
+            with recording_nvml() as rec:
+                families = list(exporter.collect())
+            assert list_calls(rec) == dict.fromkeys(LIST_CALLS, GPUS)
+            assert "nvmlDeviceGetProcessUtilization" not in rec.by_function()
+            assert success(families) == {"nvidia": 1, "ebpf": 1}
+            view = SOURCE.views[-1]
+            assert view is not None and view.complete
+            assert set(view.devices_of) == {100000 + p for p in range(2 * GPUS)}
