@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeVar, cast
+from typing import Any, ClassVar
 
 from gpu_exporter.collectors import hw_gpu
+from gpu_exporter.collectors.inputs import ScrapeInputs
 from gpu_exporter.model.attribution import Consumer
 
 # Availability, Feature, FeatureState and device_features live in the bottom layer
@@ -24,9 +24,6 @@ from gpu_exporter.model.metric_types import Emitted
 from gpu_exporter.model.process_energy import ProcessKey
 from gpu_exporter.model.records import GpuReading
 from gpu_exporter.model.settings import Option, Settings
-from gpu_exporter.readers.snapshot import ScrapeInputs
-
-T = TypeVar("T")
 
 
 class CollectorFault(Exception):
@@ -44,46 +41,6 @@ class CollectorUnavailable(Exception):
         self.fix = fix
 
 
-class _Once:
-    def __init__(self) -> None:
-        self.done = threading.Event()
-        self.value: Any = None
-        self.error: BaseException | None = None
-
-
-class Shared:
-    """What the collectors of one scrape read once for all of them (NVML's process lists,
-    which the processes and eBPF collectors both need, side by side). The exporter makes
-    one per scrape and hands it to every collector in its Sink; it is gone with the
-    scrape, so nothing read for one scrape is ever taken for another."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._reads: dict[Hashable, _Once] = {}
-
-    def once(self, key: Hashable, read: Callable[[], T], deadline: float) -> T:
-        """`read()`, called by the first collector that asks for `key`; the others wait
-        for its result, never past `deadline` (a time.monotonic() value; TimeoutError).
-        An exception of the read is raised to every caller."""
-        with self._lock:
-            once = self._reads.get(key)
-            owner = once is None
-            if once is None:
-                once = self._reads[key] = _Once()
-        if owner:
-            try:
-                once.value = read()
-            except BaseException as exc:
-                once.error = exc
-            finally:
-                once.done.set()
-        elif not once.done.wait(max(0.0, deadline - time.monotonic())):
-            raise TimeoutError(f"{key}: another collector's read passed the scrape deadline")
-        if once.error is not None:
-            raise once.error
-        return cast(T, once.value)
-
-
 @dataclass
 class Sink(Emitted):
     """What one collector produces during one scrape: its samples, emitted through the
@@ -95,9 +52,9 @@ class Sink(Emitted):
     gpus: list[GpuReading] = field(default_factory=list)
     device_labels: dict[str, PodLabels] = field(default_factory=dict)
     failures: list[tuple[str, str]] = field(default_factory=list)
-    shared: Shared = field(default_factory=Shared)  # one per scrape, the same in each Sink
-    # What the sources say this scrape, read once for every collector (DRM fdinfo): one
-    # per scrape, made by the scrape layer, the same in each Sink.
+    # What the sources say this scrape, read once for every collector that needs it (DRM
+    # fdinfo, accel holders, NVML's process lists): one per scrape, made by the scrape
+    # layer, the same in each Sink.
     inputs: ScrapeInputs = field(default_factory=ScrapeInputs)
     # The processes on each device whose list was read this scrape (None: not readable),
     # by device key: what the exporter splits each GPU's energy among (process_energy).
@@ -120,11 +77,6 @@ class Sink(Emitted):
 
     def time_left(self) -> float:
         return max(0.0, self.deadline - time.monotonic())
-
-    def once(self, key: Hashable, read: Callable[[], T]) -> T:
-        """What `read()` returns, read once this scrape by whichever collector asks
-        first (see Shared)."""
-        return self.shared.once(key, read, self.deadline)
 
 
 class Collector(ABC):

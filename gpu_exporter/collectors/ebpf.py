@@ -8,7 +8,6 @@ import os
 import platform
 from collections import defaultdict
 from collections.abc import Sequence
-from functools import partial
 from typing import Any, ClassVar, Protocol, TypeVar
 
 from gpu_exporter.collectors.base import Availability, Collector, CollectorFault, Feature, Sink
@@ -20,15 +19,11 @@ from gpu_exporter.readers import files
 from gpu_exporter.sources.ebpf import arch, hip_devices, names
 from gpu_exporter.sources.ebpf.reading import CallHistogram, CudaActivity, NvmlView
 from gpu_exporter.sources.ebpf.uprobes import MECHANISMS
-from gpu_exporter.sources.library.lanes import Lanes
-from gpu_exporter.sources.nvml import processes as nvml_processes
 from gpu_exporter.sources.nvml import stack as nvml_stack
 from gpu_exporter.sources.nvml.calls import NvmlUnavailable
 from gpu_exporter.sources.nvml.stack import StackBusy
 
 log = logging.getLogger("gpu_exporter.collectors.ebpf")
-
-_NVML_MARGIN_SECONDS = 0.1  # of the scrape deadline, left for the rest of collect()
 
 # Capability bits (linux/capability.h).
 CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF = 21, 38, 39
@@ -125,7 +120,6 @@ class EbpfCollector(Collector):
                                                 PID_LABEL, RESCAN_INTERVAL, ATTACH_MECHANISM)
 
     _nvml: nvml_stack.NvmlStack | None = None
-    _lanes: Lanes[int, nvml_processes.DeviceProcesses]
     _nvml_problem: NvmlUnavailable | StackBusy | None = None
     _amd_cards: frozenset[str] = frozenset()  # amdgpu cards at the last scrape
     _hip_libraries: tuple[str, ...] = ()  # HIP runtimes with probes at the last scrape
@@ -176,9 +170,9 @@ class EbpfCollector(Collector):
             raise CollectorFault(str(exc)) from exc
         self._engine = engine
         # The device of each call is judged by NVML's process lists (the exporter's one
-        # NVML stack, shared with the nvidia and processes collectors).
+        # NVML stack, shared with the nvidia and processes collectors; the lists are read
+        # once a scrape for both, `sink.inputs.nvml_processes`).
         self._nvml = nvml_stack.attach(self.settings)
-        self._lanes = Lanes("ebpf-nvml")
         return Availability.enabled()
 
     def _check(self, bcc: Any) -> Availability:
@@ -296,29 +290,29 @@ class EbpfCollector(Collector):
         c.EBPF_EXECUTABLES_FOLDED.emit(sink, a.executables_folded, {})
 
     def _nvml_view(self, sink: Sink) -> NvmlView | None:
-        """NVML's process lists this scrape, read through the exporter's one NVML stack
-        (in its lanes: a GPU whose call hangs costs only itself); None without NVML or
-        when a list could not be read whole (no device is judged this scrape then)."""
+        """NVML's process lists this scrape (the scrape's one read of them, shared with
+        the processes collector); None without NVML, incomplete when a list could not be
+        read whole (no device is judged this scrape then)."""
         if self._nvml is None:
             return None
         try:
-            session = self._nvml.session(sink.deadline - _NVML_MARGIN_SECONDS)
+            lists = sink.inputs.nvml_processes(self._nvml, sink.deadline)
         except (NvmlUnavailable, StackBusy) as exc:
             self._nvml_problem = exc
             return None
+        except TimeoutError:  # another collector's round passed the deadline
+            self._nvml_problem = None
+            return NvmlView({}, False, {})
         self._nvml_problem = None
-        jobs = [(index, partial(nvml_processes.lists_once, sink, session.generation, dev))
-                for index, dev in sorted(session.devices.items())]
-        results = self._lanes.start(jobs).finish(sink.deadline - _NVML_MARGIN_SECONDS)
         devices_of: dict[int, set[str]] = defaultdict(set)
-        complete = len(results) == len(jobs)
-        for result, error in results.values():
+        complete = len(lists.results) == len(lists.devices)
+        for result, error in lists.results.values():
             if result is None or error is not None or not result.complete:
                 complete = False
                 continue
             for p in result.processes:
                 devices_of[p.pid].add(p.device)
-        by_pci = {d.identity.pci_address: d.identity.key for d in session.devices.values()
+        by_pci = {d.identity.pci_address: d.identity.key for d in lists.devices.values()
                   if d.identity.pci_address}
         return NvmlView({pid: frozenset(d) for pid, d in devices_of.items()}, complete, by_pci)
 
@@ -341,7 +335,6 @@ class EbpfCollector(Collector):
             self._engine.close()
             self._engine = None
         if self._nvml is not None:
-            self._lanes.close()
             nvml_stack.detach(self._nvml)
             self._nvml = None
 

@@ -13,7 +13,6 @@ import contextlib
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import partial
 
 from gpu_exporter.collectors.base import (
     Availability,
@@ -40,12 +39,10 @@ from gpu_exporter.readers.kubelet.podresources import (
 from gpu_exporter.readers.procfs import accel, fdinfo
 from gpu_exporter.readers.procfs.procinfo import ProcessInfo, ProcessTable
 from gpu_exporter.readers.sysfs.pci import drm_card_addresses
-from gpu_exporter.sources.library.lanes import Lanes, Run
 from gpu_exporter.sources.nvml import processes as nvml_processes
 from gpu_exporter.sources.nvml import stack as nvml_stack
 from gpu_exporter.sources.nvml.calls import NvmlGone, NvmlUnavailable
-from gpu_exporter.sources.nvml.devices import NvmlDevice
-from gpu_exporter.sources.nvml.stack import Session, StackBusy
+from gpu_exporter.sources.nvml.stack import StackBusy
 
 # The drivers of accel-subsystem devices whose node holder is the card's one user.
 GAUDI_DRIVERS = ("habanalabs",)
@@ -72,8 +69,6 @@ CDI_DIRS_OPTION = Option(
     "processes.cdi-spec-dirs", str, ",".join(cdi.DEFAULT_DIRS),
     "Comma-separated CDI spec directories (read-only): GPUs allocated through Kubernetes "
     "DRA are resolved from the specs the DRA drivers write there.")
-# NVML reads must end this long before the scrape deadline (see collectors/nvidia.py).
-_RETURN_MARGIN_SECONDS = 0.15
 NO_DRM_CARD = Availability.disabled(
     "no amdgpu, i915 or xe card: no DRM clients to read (NVIDIA processes come from NVML)")
 
@@ -116,13 +111,12 @@ class ProcessesCollector(Collector):
         socket = self.settings.get(SOCKET_OPTION)
         self._device_labels = self.settings.get(DEVICE_LABELS_OPTION)
         self._cap = ProcessCap(self.settings.get(MAX_PER_GPU_OPTION))
-        self._last_scrape = 0.0  # time.monotonic() of the previous collect()
         self._device_files = True  # AMD/Intel/Gaudi cards last scrape (unknown: True)
         self._nvml = nvml_stack.attach(self.settings)
-        self._lanes: Lanes[int, nvml_processes.DeviceProcesses] = Lanes("processes")
-        # Per GPU (hw_id) of the current NVML session: what its utilization sampling learnt.
-        self._sampling: dict[str, nvml_processes.UtilizationState] = {}
-        self._generation = -1
+        # Per GPU of the current NVML session: what its utilization sampling learnt. Lent
+        # to the NVML stack, which reads each GPU's samples in the job that reads its
+        # process lists (sources/nvml/process_reads.py).
+        self._sampler = self._nvml.utilization = nvml_processes.UtilizationSampler()
         self._features: dict[str, Availability] = {}
         self._pods = PodAllocations(
             self.settings, self._features, self._nvml, socket,
@@ -146,9 +140,10 @@ class ProcessesCollector(Collector):
         out = [Feature(name, a) for name, a in self._features.items()]
         session = self._nvml.current
         if session is not None and not session.gone:
+            sampling = self._sampler.by_gpu
             out.extend(device_features("nvml_utilization", {
-                d.identity.key: (self._sampling[d.identity.key].availability
-                                 if d.identity.key in self._sampling
+                d.identity.key: (sampling[d.identity.key].availability
+                                 if d.identity.key in sampling
                                  else d.process_utilization or Availability.enabled())
                 for _, d in sorted(session.devices.items())}))
         return out
@@ -169,8 +164,9 @@ class ProcessesCollector(Collector):
             else Availability.enabled(f"DRM fdinfo under {self.settings.procfs}"))
 
     def close(self) -> None:
+        if self._nvml.utilization is self._sampler:
+            self._nvml.utilization = None
         nvml_stack.detach(self._nvml)
-        self._lanes.close()
         self._pods.close()
 
     # -- one scrape --------------------------------------------------------------------
@@ -181,18 +177,18 @@ class ProcessesCollector(Collector):
         return self._device_files or not self._nvml.steady()
 
     def collect(self, sink: Sink) -> None:
-        # NVML's process calls run in lanes meanwhile: a GPU hung in one of them costs
-        # only its own processes, not the kubelet's answer or the AMD/Intel clients.
-        nvidia = self.start_nvidia(sink)
-        self._last_scrape = time.monotonic()
+        # NVML's process lists are read in the NVML stack's lanes while the kubelet and
+        # the AMD/Intel clients are read here: a GPU hung in a process call costs only
+        # its own processes.
+        sink.inputs.begin_nvml_processes(self._nvml, sink.deadline)
+        self._sampler.last_scrape = time.monotonic()
         pods = self._pods.read(sink)
         usage: dict[tuple[str, int], _Usage] = {}
         read: set[str] = set()  # devices whose process lists were read this scrape
         drm = self._collect_fdinfo(sink, usage, read)
         accel_nodes = self._collect_accel(sink, usage, read)
         self._device_files = drm or accel_nodes
-        if nvidia is not None:
-            self.finish_nvidia(sink, *nvidia, usage, read)
+        self._collect_nvidia(sink, usage, read)
         infos = self._table.lookup_many(pid for _, pid in usage)
         self._table.prune()
         uid_pods = _pods_by_uid(usage, infos, pods)
@@ -258,52 +254,30 @@ class ProcessesCollector(Collector):
                                       u.memory_bytes))
         return consumers
 
-    def start_nvidia(
-        self, sink: Sink
-    ) -> tuple[Session, Run[int, nvml_processes.DeviceProcesses]] | None:
-        """Starts reading every NVIDIA GPU's processes in the lanes (collect() meanwhile
-        reads the kubelet and the DRM clients); None without NVML. `finish_nvidia`
-        waits for them."""
-        try:
-            session = self._nvml.session(sink.deadline - _RETURN_MARGIN_SECONDS)
-        except NvmlUnavailable:
-            self._features["nvml"] = self._nvml.nvml_state()
-            return None
-        except StackBusy as exc:
-            sink.fail("nvml:busy", str(exc))
-            return None
-        self._features["nvml"] = self._nvml.nvml_state()
-        if session.generation != self._generation:
-            self._generation = session.generation
-            self._sampling = {}
-        jobs = []
-        for index, dev in sorted(session.devices.items()):
-            state = self._sampling.get(dev.identity.key)
-            if state is None:
-                # The first read of a GPU covers one scrape interval (the one since this
-                # collector's previous scrape; 15 s before the first), not everything the
-                # driver still buffers.
-                window = (time.monotonic() - self._last_scrape if self._last_scrape
-                          else nvml_processes.FIRST_WINDOW_SECONDS)
-                state = self._sampling[dev.identity.key] = nvml_processes.UtilizationState(
-                    dev.process_utilization or Availability.enabled(),
-                    int((time.time() - window) * 1_000_000))
-            jobs.append((index, partial(_read_device, sink, session.generation, dev, state)))
-        return session, self._lanes.start(jobs)
-
-    def finish_nvidia(self, sink: Sink, session: Session,
-                       run: Run[int, nvml_processes.DeviceProcesses],
-                       usage: dict[tuple[str, int], _Usage], read: set[str]) -> None:
+    def _collect_nvidia(self, sink: Sink, usage: dict[tuple[str, int], _Usage],
+                        read: set[str]) -> None:
         """Adds to `read` the GPUs (and MIG devices) whose process lists were read whole;
         those that could not be are unknown this scrape (`sink.consumers` None)."""
-        results = run.finish(sink.deadline - _RETURN_MARGIN_SECONDS)
+        try:
+            lists = sink.inputs.nvml_processes(self._nvml, sink.deadline)
+        except NvmlUnavailable:
+            self._features["nvml"] = self._nvml.nvml_state()
+            return
+        except StackBusy as exc:
+            sink.fail("nvml:busy", str(exc))
+            return
+        except TimeoutError as exc:  # another collector's round passed the deadline
+            sink.fail("nvml:timeout", str(exc))
+            return
+        self._features["nvml"] = self._nvml.nvml_state()
+        session, results = lists.session, lists.results
         running: set[tuple[str, int]] = set()
         utilization: list[nvml_processes.ProcessUtilization] = []
-        for index, dev in sorted(session.devices.items()):
+        for index, dev in lists.devices.items():
             key = dev.identity.key
             devices = [key, *(m.identity.key for m in dev.migs)]
             sink.consumers.update(dict.fromkeys(devices))  # until read whole, below
-            if index in run.busy:
+            if index in lists.busy:
                 sink.fail(f"{key}:busy", f"GPU {key} is still stuck in an NVML process call "
                                          "from an earlier scrape")
                 continue
@@ -378,10 +352,8 @@ class ProcessesCollector(Collector):
         nodes = accel.accel_devices(self.settings.sysfs, GAUDI_DRIVERS)
         if not nodes:
             return False  # no Gaudi: spare every scrape a walk over every open file
-        procfs = self.settings.procfs
         try:
-            holders = sink.once(("accel-holders", procfs), lambda: accel.read_accel_holders(
-                procfs, deadline=sink.deadline))
+            holders = sink.inputs.accel_holders(self.settings.procfs, sink.deadline)
         except TimeoutError as exc:
             sink.fail("accel", str(exc))
             for pci in nodes.values():
@@ -424,11 +396,6 @@ def _pods_by_uid(
             out.setdefault(info.pod_uid, next(iter(candidates)))
     return out
 
-
-def _read_device(sink: Sink, generation: int, dev: NvmlDevice,
-                 state: nvml_processes.UtilizationState) -> nvml_processes.DeviceProcesses:
-    return nvml_processes.with_utilization(
-        dev, state, nvml_processes.lists_once(sink, generation, dev))
 
 
 def _process_labels(

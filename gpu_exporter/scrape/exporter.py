@@ -32,9 +32,9 @@ from gpu_exporter.collectors.base import (
     CollectorUnavailable,
     Feature,
     FeatureState,
-    Shared,
     Sink,
 )
+from gpu_exporter.collectors.inputs import ScrapeInputs
 from gpu_exporter.model import catalogue as c
 from gpu_exporter.model import metric_types, process_energy
 from gpu_exporter.model.labels import known
@@ -43,7 +43,6 @@ from gpu_exporter.model.metric_types import Emitted, Family, HistogramSeries, Ki
 from gpu_exporter.model.records import VENDOR_ORDER, GpuReading
 from gpu_exporter.model.settings import Settings
 from gpu_exporter.model.worker import Busy, Job, Worker, run_here
-from gpu_exporter.readers.snapshot import ScrapeInputs
 from gpu_exporter.scrape import gcpause
 
 log = logging.getLogger("gpu_exporter.exporter")
@@ -264,14 +263,13 @@ class GpuExporterCollector(PromCollector):
         # call, and one that waits or hangs delays the others by that much only.
         pending: dict[str, tuple[_Slot, Job[bool], float]] = {}
         ended: dict[str, float] = {}  # when each collector returned
-        shared = Shared()  # what one collector reads for all of this scrape
         inputs = ScrapeInputs()  # what the sources say this scrape, read once
         previous: Job[bool] | None = None
         here = {name: slot.runs_here() for name, slot in self._slots.items()}
         last = next((name for name, slot in reversed(self._slots.items())
                      if here[name] and slot.collector.waits_for_devices), None)
         for name, slot in self._slots.items():
-            sink = Sink(name, deadline, shared=shared, inputs=inputs)
+            sink = Sink(name, deadline, inputs=inputs)
             sinks[name] = sink
             if name == last:
                 continue  # run below

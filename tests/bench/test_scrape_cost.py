@@ -172,10 +172,14 @@ def test_breakdown(benchmark: Any, results: Results, tmp_path: Path) -> None:
 
 
 def _nvml_processes(processes: ProcessesCollector) -> None:
-    """The processes collector's NVML part alone: every GPU's process calls, in lanes."""
-    from gpu_exporter.collectors.base import Sink
+    """The processes collector's NVML part alone: every GPU's process calls (lists and
+    utilization samples), one round of the NVML stack's lanes, as a scrape reads them."""
+    from gpu_exporter.collectors.inputs import ScrapeInputs
+    from gpu_exporter.sources.nvml import stack as nvml_stack
 
-    sink = Sink("processes", time.monotonic() + 60)
-    started = processes.start_nvidia(sink)
-    assert started is not None
-    processes.finish_nvidia(sink, *started, {}, set())
+    stack = nvml_stack.attach(processes.settings)  # the one the collector holds
+    try:
+        lists = ScrapeInputs().nvml_processes(stack, time.monotonic() + 60)
+        assert len(lists.results) == len(lists.devices)
+    finally:
+        nvml_stack.detach(stack)

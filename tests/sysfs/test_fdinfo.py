@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from gpu_exporter.collectors import REGISTRY
-from gpu_exporter.collectors.base import Shared, Sink
+from gpu_exporter.collectors.base import Sink
+from gpu_exporter.collectors.inputs import ScrapeInputs
 from gpu_exporter.readers.procfs import fdinfo as fdinfo_mod
 from gpu_exporter.readers.procfs.fdinfo import (
     EngineUsage,
@@ -20,7 +21,6 @@ from gpu_exporter.readers.procfs.fdinfo import (
     parse_fdinfo,
     read_drm_clients,
 )
-from gpu_exporter.readers.snapshot import ScrapeInputs
 from tests.helpers import exporter, find, parse, run_cli, value
 from tests.processes.procfs import write_process
 from tests.sysfs.conftest import only_sysfs_collectors
@@ -245,26 +245,6 @@ def test_one_walk_per_scrape_shared_by_its_collectors(tmp_path: Path) -> None:
     for _ in ("intel", "processes"):
         with pytest.raises(TimeoutError):
             late.drm_clients(str(procfs), time.monotonic() - 1)
-
-
-def test_a_collector_waits_for_the_shared_walk_only_until_its_deadline() -> None:
-    scrape = Shared()
-    inside, release = threading.Event(), threading.Event()
-
-    def walk() -> bool:
-        inside.set()
-        return release.wait()
-
-    owner = threading.Thread(target=lambda: scrape.once("walk", walk, time.monotonic() + 10))
-    owner.start()
-    assert inside.wait(10)  # the owner is inside its read
-    started = time.monotonic()
-    with pytest.raises(TimeoutError):
-        scrape.once("walk", lambda: pytest.fail("a second reader ran"), time.monotonic() + 0.2)
-    assert 0.15 < time.monotonic() - started < 2
-    release.set()
-    owner.join(10)
-    assert scrape.once("walk", lambda: pytest.fail("read twice"), time.monotonic()) is True
 
 
 def test_a_collector_waits_for_the_scrapes_walk_only_until_its_deadline(

@@ -129,7 +129,8 @@ class Run(Generic[K, R]):
 
 
 class Lanes(Generic[K, R]):
-    """The lanes of one kind of per-GPU work (one per collector). Workers are kept for
+    """The lanes of one kind of per-GPU work (one per collector; the NVML stack has its
+    own for the process lists every collector shares). Workers are kept for
     the life of the process: a worker stuck in a hung call stays busy, and its GPU stays
     `busy`, across NVML sessions, instead of a second thread being started beside it."""
 

@@ -13,10 +13,9 @@ and is its `processes.nvml_utilization` state: a driver without the function is
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from functools import partial
-from typing import Literal, Protocol, TypeVar
+from typing import Literal
 
 import pynvml
 
@@ -31,14 +30,6 @@ from gpu_exporter.sources.nvml.devices import (
 )
 
 ProcessKind = Literal["compute", "graphics"]
-T = TypeVar("T")
-
-
-class ReadsOnce(Protocol):
-    """What reads a value once per scrape for every collector that asks for it: the
-    collector's `collectors.base.Sink` (this layer does not import the one above)."""
-
-    def once(self, key: Hashable, read: Callable[[], T], /) -> T: ...
 
 # How far back the first utilization read of a GPU goes when no scrape interval is known
 # yet (the exporter's first scrape): Prometheus' commonest interval.
@@ -94,11 +85,46 @@ class UtilizationState:
         default_factory=lambda: int((time.time() - FIRST_WINDOW_SECONDS) * 1_000_000))
 
 
+class UtilizationSampler:
+    """The processes collector's utilization sampling of every GPU of the current NVML
+    session (its `UtilizationState` per GPU, forgotten when NVML starts again). The
+    collector owns it and lends it to the NVML stack (`NvmlStack.utilization`), so that
+    each GPU's samples are read in the same lane job as its process lists
+    (`process_reads`): one hand-off per lane a scrape, not two rounds."""
+
+    def __init__(self) -> None:
+        self.by_gpu: dict[str, UtilizationState] = {}  # by device key (hw_id)
+        self._generation = -1
+        self.last_scrape = 0.0  # time.monotonic() of the collector's previous scrape
+
+    def states(self, generation: int, devices: Mapping[int, NvmlDevice]
+               ) -> dict[int, UtilizationState]:
+        """Each GPU's state for this scrape's round, by NVML index (called once a round,
+        by the thread that starts it)."""
+        if generation != self._generation:
+            self._generation = generation
+            self.by_gpu = {}
+        out = {}
+        for index, dev in devices.items():
+            state = self.by_gpu.get(dev.identity.key)
+            if state is None:
+                # The first read of a GPU covers one scrape interval (the one since the
+                # collector's previous scrape; 15 s before the first), not everything the
+                # driver still buffers.
+                window = (time.monotonic() - self.last_scrape if self.last_scrape
+                          else FIRST_WINDOW_SECONDS)
+                state = self.by_gpu[dev.identity.key] = UtilizationState(
+                    dev.process_utilization or Availability.enabled(),
+                    int((time.time() - window) * 1_000_000))
+            out[index] = state
+        return out
+
+
 def read_lists(dev: NvmlDevice) -> DeviceProcesses:
     """The GPU's compute and graphics process lists (no utilization). Read once per
-    scrape for every collector that needs them (`Sink.once`): the result is never changed
-    afterwards. Raises NvmlGone; a lost GPU reports no processes (its device series say it
-    is lost), and says its list is not complete."""
+    scrape for every collector that needs them (`process_reads`): the result is never
+    changed afterwards. Raises NvmlGone; a lost GPU reports no processes (its device
+    series say it is lost), and says its list is not complete."""
     out = DeviceProcesses()
     call = Calls(dev.identity.key)
     try:
@@ -109,17 +135,10 @@ def read_lists(dev: NvmlDevice) -> DeviceProcesses:
     return out
 
 
-def lists_once(sink: ReadsOnce, generation: int, dev: NvmlDevice) -> DeviceProcesses:
-    """The GPU's process lists of this scrape: read by the first collector that asks (the
-    processes and eBPF collectors both need them), the same record for the other."""
-    return sink.once(("nvml-process-lists", generation, dev.identity.key),
-                     partial(read_lists, dev))
-
-
 def with_utilization(dev: NvmlDevice, state: UtilizationState,
                      lists: DeviceProcesses) -> DeviceProcesses:
-    """`lists` with the utilization samples since the previous read added (a new record:
-    `lists` may be another collector's too). Raises NvmlGone."""
+    """`lists` with the utilization samples since the previous read added (a new record).
+    Raises NvmlGone."""
     if lists.lost or state.availability.state != "enabled":
         return lists
     call = Calls(dev.identity.key)

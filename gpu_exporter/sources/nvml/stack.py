@@ -4,8 +4,10 @@ starts NVML again after the driver went away, and one list of the GPUs this expo
 given (`GivenGpus`), so that a GPU NVML cannot read is still reported, down.
 
 NVML is one library per process, so the stack is too: collectors `attach()` and
-`detach()`; the last one out shuts NVML down. Each collector reads its GPUs through
-its own `sources.library.lanes.Lanes`.
+`detach()`; the last one out shuts NVML down. Each collector reads its GPUs' values
+through its own `sources.library.lanes.Lanes`; the GPUs' process lists, which more than
+one collector needs, are read once a scrape in the stack's own lanes (`process_lanes`,
+see `process_reads`).
 
 Discovery runs on one worker per GPU under a deadline: a GPU that hangs while being
 identified delays neither start-up nor scrapes, and is identified once it answers. A GPU
@@ -32,6 +34,7 @@ from gpu_exporter.model.settings import Option, Settings
 from gpu_exporter.model.worker import Busy, Job, Worker
 from gpu_exporter.readers.procfs.nvidia_driver import DriverGpu, DriverGpus, read_driver_gpus
 from gpu_exporter.readers.sysfs.nvidia_bus import BusGpus, read_bus_gpus
+from gpu_exporter.sources.library.lanes import Lanes
 from gpu_exporter.sources.nvml.calls import (
     FIX_CHECK,
     FIX_DRIVER,
@@ -43,6 +46,7 @@ from gpu_exporter.sources.nvml.calls import (
 )
 from gpu_exporter.sources.nvml.devices import IdentityUnreadable, NvmlDevice, discover
 from gpu_exporter.sources.nvml.events import XidListener
+from gpu_exporter.sources.nvml.processes import DeviceProcesses, UtilizationSampler
 
 log = logging.getLogger("gpu_exporter.nvidia")
 
@@ -292,6 +296,11 @@ class NvmlStack:
         self.gpus = GivenGpus(settings)
         self._uncounted_known: frozenset[str] = frozenset()
         self.users = 0
+        # Every GPU's process lists, read once a scrape for every collector that needs
+        # them (`process_reads`), in lanes of their own; and the processes collector's
+        # utilization sampling, lent while it runs, read in the same job as the lists.
+        self.process_lanes: Lanes[int, DeviceProcesses] = Lanes("nvml-processes")
+        self.utilization: UtilizationSampler | None = None
 
     # -- the session -------------------------------------------------------------------
     def session(self, deadline: float, *, force: bool = False, wait: bool = False) -> Session:
@@ -510,6 +519,7 @@ class NvmlStack:
             self._stop()
         for worker in self._workers.values():
             worker.stop()
+        self.process_lanes.close()
         self.gpus.close()
         self._workers.clear()
 
