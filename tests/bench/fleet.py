@@ -4,7 +4,7 @@ a given number of GPU processes spread over them, and a per-call NVML delay."""
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -22,7 +22,11 @@ from tests.fake_nvml.scenario import load_in_process
 GIB = 1024**3
 
 
-def scenario(gpus: int, processes: int = 200, call_delay_us: int = 0) -> fake.Scenario:
+def scenario(gpus: int, processes: int = 200, call_delay_us: int = 0,
+             pids: Sequence[int] = ()) -> fake.Scenario:
+    """`gpus` H100s with `processes` compute processes spread over them: pids from
+    100,000 on (no /proc entry: their facts are never read), or `pids` (real processes,
+    whose comm, cgroup and stat the exporter reads as a node's)."""
     devices = []
     for i in range(gpus):
         d = fake.h100(i)
@@ -32,7 +36,8 @@ def scenario(gpus: int, processes: int = 200, call_delay_us: int = 0) -> fake.Sc
         devices.append(d)
     for p in range(processes):
         dev = devices[p % gpus]
-        dev.processes.append(("compute", 100_000 + p, (p % 40 + 1) * GIB // 4, None, None))
+        pid = pids[p] if pids else 100_000 + p
+        dev.processes.append(("compute", pid, (p % 40 + 1) * GIB // 4, None, None))
     return fake.Scenario(devices=devices, call_delay_us=call_delay_us)
 
 

@@ -29,6 +29,10 @@ of a commit: `git archive <commit> gpu_exporter | tar -x -C /tmp/base`.
         scrape at a time (collect and OpenMetrics render), alternately; CPU of all its
         threads per scrape.
 
+With GPU_EXPORTER_BENCH_REAL_PROCESSES=1 the node's GPU processes are live `sleep`
+processes, whose /proc entries the exporter reads as on a real node (otherwise their pids
+have no /proc entry and their facts are never read).
+
 p50 and p99 are nearest-rank over the rounds; ratios are against the first tree.
 """
 
@@ -82,10 +86,30 @@ def scrape(conn: http.client.HTTPConnection, accept: str = ACCEPT) -> bytes:
 
 
 @contextmanager
+def real_processes(count: int) -> Iterator[list[int]]:
+    """`count` live processes (`sleep`), as a node's GPU processes would be: /proc
+    entries whose comm, cgroup and stat the processes collector reads."""
+    procs = [subprocess.Popen(["sleep", "3600"]) for _ in range(count)]
+    try:
+        yield [p.pid for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+        for p in procs:
+            p.wait()
+
+
+REAL = os.environ.get("GPU_EXPORTER_BENCH_REAL_PROCESSES") == "1"
+
+
+@contextmanager
 def servers(gpus: int, processes: int, trees: Sequence[tuple[str, str]],
             ) -> Iterator[list[tuple[str, subprocess.Popen[bytes], http.client.HTTPConnection]]]:
-    with tempfile.TemporaryDirectory() as tmp:
-        path = fleet.scenario(gpus, processes).write(Path(tmp) / "node.scenario")
+    """The real exporter from each tree on one fake node; with
+    GPU_EXPORTER_BENCH_REAL_PROCESSES=1 its GPU processes are live ones (real_processes),
+    else pids without a /proc entry."""
+    with tempfile.TemporaryDirectory() as tmp, real_processes(processes if REAL else 0) as pids:
+        path = fleet.scenario(gpus, processes, pids=pids).write(Path(tmp) / "node.scenario")
         env = {**os.environ, **fake.env(fake.build(), path)}
         started: list[tuple[str, subprocess.Popen[bytes], int]] = []
         try:
