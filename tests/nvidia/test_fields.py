@@ -65,7 +65,8 @@ def test_what_each_field_answers_is_remembered_per_device(tmp_path: Path) -> Non
     assert first.energy_consumed_joules == pytest.approx(123456.789)
     assert "pcie_replay" not in first.errors and "memory" not in first.temperature_celsius
     assert again == [first] * 3
-    batches = [[f for f in c.args[1]] for c in rec.calls
+    # the field ids asked for (each request is a (fieldId, scopeId) pair)
+    batches = [[f[0] for f in c.args[1]] for c in rec.calls
                if c.fn.__name__ == "nvmlDeviceGetFieldValues"]
     assert len(batches) == 4
     # GPU 0 no longer asks the batch for what it cannot give; GPU 1 asks for everything.

@@ -40,8 +40,11 @@ class Field:
     scope_id: int | None = None
 
     @property
-    def request(self) -> int | tuple[int, int]:
-        return self.field_id if self.scope_id is None else (self.field_id, self.scope_id)
+    def request(self) -> tuple[int, int]:
+        # Always a pair: pynvml's nvmlDeviceGetFieldValues unpacks each request as
+        # (fieldId, scopeId) and falls back on a TypeError for a bare id, an exception
+        # per field per scrape. Scope 0 is what the zeroed struct holds for a device field.
+        return self.field_id, self.scope_id or 0
 
 
 _ECC_VOLATILE = pynvml.NVML_VOLATILE_ECC
@@ -122,14 +125,14 @@ class FieldPlan:
     batch: list[Field] = field(default_factory=lambda: list(FIELDS))
     singles: list[Field] = field(default_factory=list)
     absent: dict[str, int] = field(default_factory=dict)
-    _requests: list[int | tuple[int, int]] | None = None
+    _requests: list[tuple[int, int]] | None = None
 
     def add(self, rows: tuple[Field, ...]) -> None:
         """Rows of this device only (its NVLinks), asked for from the next read on."""
         self.batch.extend(rows)
         self._requests = None
 
-    def requests(self) -> list[int | tuple[int, int]]:
+    def requests(self) -> list[tuple[int, int]]:
         if self._requests is None:
             self._requests = [f.request for f in self.batch]
         return self._requests
