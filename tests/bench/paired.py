@@ -103,12 +103,12 @@ REAL = os.environ.get("GPU_EXPORTER_BENCH_REAL_PROCESSES") == "1"
 
 
 @contextmanager
-def servers(gpus: int, processes: int, trees: Sequence[tuple[str, str]],
+def servers(gpus: int, processes: int, trees: Sequence[tuple[str, str]], real: bool = REAL,
             ) -> Iterator[list[tuple[str, subprocess.Popen[bytes], http.client.HTTPConnection]]]:
     """The real exporter from each tree on one fake node; with
     GPU_EXPORTER_BENCH_REAL_PROCESSES=1 its GPU processes are live ones (real_processes),
     else pids without a /proc entry."""
-    with tempfile.TemporaryDirectory() as tmp, real_processes(processes if REAL else 0) as pids:
+    with tempfile.TemporaryDirectory() as tmp, real_processes(processes if real else 0) as pids:
         path = fleet.scenario(gpus, processes, pids=pids).write(Path(tmp) / "node.scenario")
         env = {**os.environ, **fake.env(fake.build(), path)}
         started: list[tuple[str, subprocess.Popen[bytes], int]] = []
@@ -194,8 +194,12 @@ def scrapers_rounds(gpus: int, processes: int, rounds: int, trees: Sequence[tupl
     return results
 
 
-def one_hertz(gpus: int, processes: int, seconds: int, trees: Sequence[tuple[str, str]]) -> None:
-    with servers(gpus, processes, trees) as running:
+def one_hertz(gpus: int, processes: int, seconds: int, trees: Sequence[tuple[str, str]],
+              real: bool = REAL) -> dict[str, dict[str, float]]:
+    """By tree: CPU per second (ms), per scrape p50 and p99 (ms), RSS (MiB) after the
+    first second and at the end."""
+    out: dict[str, dict[str, float]] = {}
+    with servers(gpus, processes, trees, real) as running:
         time.sleep(1)
         before = {name: cpu_ns(proc.pid) for name, proc, _ in running}
         first_rss = {name: rss_mib(proc.pid) for name, proc, _ in running}
@@ -212,11 +216,15 @@ def one_hertz(gpus: int, processes: int, seconds: int, trees: Sequence[tuple[str
         for name, proc, _ in running:
             per_second = (cpu_ns(proc.pid) - before[name]) / 1e6 / wall
             got = per_scrape[name]
+            out[name] = {"cpu_ms_per_second": per_second, "p50_ms": percentile(got, 50),
+                         "p99_ms": percentile(got, 99), "rss_first_mib": first_rss[name],
+                         "rss_end_mib": rss_mib(proc.pid)}
             print(f"{gpus} GPUs, {processes} processes, 1 Hz for {seconds} s, {name}: "
                   f"{per_second:.2f} ms CPU per second; CPU per scrape p50 "
                   f"{percentile(got, 50):.2f} ms, p99 {percentile(got, 99):.2f} ms; RSS "
                   f"{first_rss[name]:.1f} MiB after the first second, "
                   f"{rss_mib(proc.pid):.1f} MiB at the end")
+    return out
 
 
 def thread_cpu_ns(pid: int) -> dict[str, tuple[int, int]]:
@@ -236,7 +244,10 @@ def thread_cpu_ns(pid: int) -> dict[str, tuple[int, int]]:
     return out
 
 
-def idle(gpus: int, processes: int, seconds: int, trees: Sequence[tuple[str, str]]) -> None:
+def idle(gpus: int, processes: int, seconds: int, trees: Sequence[tuple[str, str]]
+         ) -> dict[str, dict[str, float]]:
+    """By tree: CPU per second of all threads (ms) and wake-ups per second."""
+    out: dict[str, dict[str, float]] = {}
     with servers(gpus, processes, trees) as running:
         time.sleep(1)  # the last scrape's hand-offs done
         before = {name: thread_cpu_ns(proc.pid) for name, proc, _ in running}
@@ -251,16 +262,21 @@ def idle(gpus: int, processes: int, seconds: int, trees: Sequence[tuple[str, str
             total = sum(cpu for cpu, _ in rows.values())
             wakes = sum(woke for _, woke in rows.values())
             busiest = sorted(rows.items(), key=lambda r: -r[1][0])[:4]
+            out[name] = {"cpu_ms_per_second": total / 1e6 / wall,
+                         "wakeups_per_second": wakes / wall}
             print(f"{gpus} GPUs, {processes} processes, idle {seconds} s, {name}: "
                   f"{total / 1e6 / wall:.3f} ms CPU per second, {wakes / wall:.1f} wake-ups "
                   "per second; by thread: " + ", ".join(
                       f"{t} {cpu / 1e6 / wall:.3f} ms/s {woke / wall:.1f}/s"
                       for t, (cpu, woke) in busiest))
+    return out
 
 
-def burst(gpus: int, processes: int, scrapers: int, trees: Sequence[tuple[str, str]]) -> None:
+def burst(gpus: int, processes: int, scrapers: int, trees: Sequence[tuple[str, str]]
+          ) -> dict[str, dict[str, float]]:
     """RSS after start-up, then after `scrapers` concurrent scrapers (5 scrapes each,
-    both sides at once), then after 200 more scrapes one at a time."""
+    both sides at once), then after 200 more scrapes one at a time (MiB, by tree)."""
+    out: dict[str, dict[str, float]] = {}
     with servers(gpus, processes, trees) as running:
         after_start = {name: rss_mib(proc.pid) for name, proc, _ in running}
 
@@ -278,10 +294,14 @@ def burst(gpus: int, processes: int, scrapers: int, trees: Sequence[tuple[str, s
             for _, _, conn in running:
                 scrape(conn)
         for name, proc, _ in running:
+            out[name] = {"after_start_mib": after_start[name],
+                         "after_burst_mib": after_burst[name],
+                         "after_more_mib": rss_mib(proc.pid)}
             print(f"{gpus} GPUs, {processes} processes, {name}: RSS {after_start[name]:.1f} "
                   f"MiB after start and 10 scrapes, {after_burst[name]:.1f} MiB after "
                   f"{scrapers} concurrent scrapers, {rss_mib(proc.pid):.1f} MiB after 200 "
                   "more")
+    return out
 
 
 _SIDE = """
@@ -304,7 +324,7 @@ with tempfile.TemporaryDirectory() as tmp:
 
 
 def in_process(gpus: int, processes: int, kernel_series: int, rounds: int,
-               trees: Sequence[tuple[str, str]]) -> None:
+               trees: Sequence[tuple[str, str]]) -> dict[str, list[float]]:
     sides: list[tuple[str, subprocess.Popen[str]]] = []
     try:
         for name, tree in trees:
@@ -328,6 +348,7 @@ def in_process(gpus: int, processes: int, kernel_series: int, rounds: int,
             proc.wait(60)
     report(f"{gpus} GPUs, {processes} processes, {kernel_series} kernel series, CPU per "
            "scrape in process,", results)
+    return results
 
 
 def main(argv: Sequence[str]) -> None:

@@ -108,6 +108,32 @@ def _host_node(rows: Mapping[str, Any]) -> list[str]:
             "RSS ≤ 60 MB."]
 
 
+_PIPELINE = (  # (key, what, target, format)
+    ("onehz_2gpu_ms_per_second", "1 Hz, 2 GPUs + host, 1 process: CPU per second", 3.0,
+     "{:.2f} ms/s"),
+    ("onehz_8gpu_ms_per_second", "1 Hz, 8 GPUs, 200 live processes: CPU per second", 10.0,
+     "{:.2f} ms/s"),
+    ("idle_ms_per_second", "idle, all threads", 0.5, "{:.3f} ms/s"),
+    ("burst_rss_mib", "RSS after the 20-scraper burst (8 GPUs, 200 processes)", 43.0,
+     "{:.1f} MiB"),
+    ("kernels_p50_ms", "2,000 kernel series, 8 GPUs, 200 processes: CPU per scrape p50",
+     None, "{:.2f} ms"),
+)
+
+
+def _pipeline(rows: Mapping[str, Any]) -> list[str]:
+    trees = list(rows)
+    out = ["| case | " + " | ".join(trees) + " | target |", "|---|" + "---|" * len(trees)
+           + "---|"]
+    for key, what, target, fmt in _PIPELINE:
+        cells = [fmt.format(rows[t][key]) for t in trees]
+        goal = "(measured)" if target is None else "≤ " + fmt.format(target)
+        out.append(f"| {what} | " + " | ".join(cells) + f" | {goal} |")
+    r = next(iter(rows.values()))
+    return [*out, "", f"Every tree in the same run, side by side: 1 Hz runs of {r['seconds']} "
+            f"s, idle {r['idle_seconds']} s (tests/bench/paired.py)."]
+
+
 def _scrapers(rows: Mapping[str, Any]) -> list[str]:
     trees = list(dict.fromkeys(r["tree"] for r in rows.values()))
     scrapers = list(dict.fromkeys(r["scraper"] for r in rows.values()))
@@ -292,6 +318,12 @@ def _summary(data: Mapping[str, Any]) -> list[str]:
                 "≤ 1.15× (issue #34)", ", ".join(
                     f"{r['scraper']} {r['ratio_p50']:.2f}×" for r in rows) + " (p50)",
                 max(r["ratio_p50"] for r in rows) <= 1.15)
+    if "pipeline" in data and "this checkout" in data["pipeline"]:
+        r = data["pipeline"]["this checkout"]
+        for key, what, target, fmt in _PIPELINE:
+            if target is not None:
+                row("11", what, "≤ " + fmt.format(target) + " (issue #34)",
+                    fmt.format(r[key]), r[key] <= target)
     if "peer_drm" in data:
         p = next(iter(data["peer_drm"].values()))
         row("5", "AMD reader vs node_exporter drm", "(compared)",
@@ -402,6 +434,9 @@ def render(data: Mapping[str, Any], earlier: str = "") -> str:
          "vmagent's (2 GPUs, host metrics, 1 GPU process)",
          "`GPU_EXPORTER_BENCH_BEFORE=DIR pytest tests/bench/test_scrapers.py "
          "--benchmark-only`", _scrapers),
+        ("pipeline", "### 11. The scrape pipeline's targets (issue #34), before and after",
+         "`GPU_EXPORTER_BENCH_BEFORE=DIR pytest tests/bench/test_pipeline.py "
+         "--benchmark-only`", _pipeline),
     ]
     for key, title, command, table in sections:
         if not data.get(key) and before.get(title):
