@@ -103,9 +103,13 @@ def _openmetrics_header(metric: Metric, escaping: str) -> str:
 def _parts(registry: Collector) -> list[Collector]:
     """The collectors of `registry` in its order (a collector that hands over records
     is rendered from them); a registry with target info, or anything else, whole."""
-    if isinstance(registry, CollectorRegistry) and not registry._target_info:
+    # prometheus_client's own attributes, read as its `collect` reads them; a release
+    # without them gets the registry collected whole (the library's families).
+    collectors = getattr(registry, "_collector_to_names", None)
+    if (isinstance(registry, CollectorRegistry) and isinstance(collectors, dict)
+            and not getattr(registry, "_target_info", True)):
         with registry._lock:
-            return list(registry._collector_to_names)
+            return list(collectors)
     return [registry]
 
 

@@ -115,7 +115,7 @@ def unchecked(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.usefixtures("unchecked")
-@settings(max_examples=150, deadline=None,
+@settings(max_examples=300, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture,
                                  HealthCheck.too_slow])
 @given(st.lists(emitted(), min_size=1, max_size=3), DEVICE_LABELS, DEVICE_LABELS,
