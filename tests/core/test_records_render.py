@@ -155,6 +155,27 @@ def test_a_value_that_changes_between_equal_numbers_is_written_again() -> None:
             [out], {"GPU-0": {"hw_id": "GPU-0"}}, {"host_name": "h"}))
 
 
+@pytest.mark.usefixtures("unchecked")
+def test_every_family_of_the_catalogue_renders_as_the_library_writes_it() -> None:
+    """Each family's header (counters' `_total`, units, histograms' three series) and
+    one series of it, with and without a device."""
+    out = Emitted()
+    for fam in FAMILIES:
+        own = {name: "x" for name in fam.labels}
+        for device in (None, "GPU-0", "gone"):
+            if fam.kind is Kind.HISTOGRAM:
+                out.histograms[fam].append((own, [(0.5, 1), (math.inf, 2)], 0.75, device))
+            else:
+                out.scalars[fam].append((own, 1.5, device))
+    renderer = TextRenderer()
+    records = ScrapeRecords([out], {"GPU-0": {"hw_id": "GPU-0", "gpu_index": "0"}},
+                            {"host_name": "h"})
+    assert_renders_as_library(renderer, records)
+    assert_renders_as_library(renderer, records)
+    text = renderer.render(one(Records(records))).decode()
+    assert text.count("# TYPE ") == len(FAMILIES) and 'hw_id="gone"' not in text
+
+
 def test_a_series_that_does_not_fit_its_schema_fails_every_render() -> None:
     assert metric_types.CHECK_LABELS, "tests/conftest.py sets GPU_EXPORTER_CHECK_LABELS=1"
     out = Emitted()
