@@ -32,6 +32,8 @@ Make = Callable[[str, dict[str, str]], str]
 # (name, labels, value) -> a line, through the render's own table (histogram samples)
 Line = Callable[[str, dict[str, str], Any], str]
 _Token = tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...] | None]
+# Device label sets remembered (a node has at most a few dozen devices at a time).
+MAX_DEVICE_LABEL_SETS = 1024
 
 
 @runtime_checkable
@@ -43,9 +45,9 @@ class RecordSource(Protocol):
 
 class RecordWriter:
     """Writes records through one render's line table (`previous`, `current`: the
-    TextRenderer's `_Round`). Holds the ids of the device label sets of the last render
-    (as many as it had devices) and each family's header per format and escaping (at
-    most the catalogue's families, eight times)."""
+    TextRenderer's `_Round`). Holds the ids of the device label sets seen (at most
+    MAX_DEVICE_LABEL_SETS) and each family's header per format and escaping (at most the
+    catalogue's families, eight times)."""
 
     def __init__(self) -> None:
         self._ids: dict[_Token, int] = {}
@@ -66,7 +68,7 @@ class RecordWriter:
         id's labels: the resource labels, then the device's."""
         resource = dict(records.resource)
         res_items = tuple(resource.items())
-        known, ids = self._ids, {}
+        known = self._ids
         id_of: dict[str | None, int] = {}
         base_of: dict[int, dict[str, str]] = {}
         devices: Iterator[tuple[str | None, Mapping[str, str] | None]] = itertools.chain(
@@ -75,11 +77,15 @@ class RecordWriter:
             token: _Token = res_items, None if dev is None else tuple(dev.items())
             i = known.get(token)
             if i is None:
-                i = next(self._count)
-            ids[token] = id_of[key] = i
+                # Kept across renders and across the registry's collectors (each writes
+                # its own records); labels that keep changing (pods come and go) are
+                # forgotten all at once at the bound, their series made again once.
+                if len(known) >= MAX_DEVICE_LABEL_SETS:
+                    known.clear()
+                i = known[token] = next(self._count)
+            id_of[key] = i
             if i not in base_of:
                 base_of[i] = resource if dev is None else {**resource, **dev}
-        self._ids = ids  # the last render's: a device gone is forgotten
         return id_of, base_of
 
     def write(self, records: ScrapeRecords, previous: Mapping[tuple[Any, ...], Entry],

@@ -28,6 +28,7 @@ from gpu_exporter.model import metric_types
 from gpu_exporter.model.metric_types import Emitted, Family, Kind, LabelSchemaError
 from gpu_exporter.model.records import GpuIdentity, GpuReading
 from gpu_exporter.model.settings import Settings
+from gpu_exporter.scrape import render
 from gpu_exporter.scrape.exporter import GpuExporterCollector, make_registry
 from gpu_exporter.scrape.records import ScrapeRecords
 from gpu_exporter.scrape.records_render import RecordSource
@@ -174,6 +175,53 @@ def test_every_family_of_the_catalogue_renders_as_the_library_writes_it() -> Non
     assert_renders_as_library(renderer, records)
     text = renderer.render(one(Records(records))).decode()
     assert text.count("# TYPE ") == len(FAMILIES) and 'hw_id="gone"' not in text
+
+
+def _scrape_like(pod: str) -> tuple[Records, Records]:
+    """A scrape's two sources of records: the exporter's (two devices, one with pod
+    labels) and the HTTP front's (no device)."""
+    out = Emitted()
+    for key in ("GPU-0", "GPU-1"):
+        c.PROCESS_GPU_MEMORY_USAGE.emit(out, 1024, {"process_pid": "42"}, device=key)
+        c.SYSTEM_MEMORY_USAGE.emit(out, 1, {"system_memory_state": "used"})
+    http = Emitted()
+    c.HTTP_CONNECTIONS_REFUSED.emit(http, 3, {"reason": "evicted"})
+    devices = {"GPU-0": {"hw_id": "GPU-0", "gpu_index": "0", "k8s_pod_name": pod},
+               "GPU-1": {"hw_id": "GPU-1", "gpu_index": "1"}}
+    return (Records(ScrapeRecords([out], devices, {"host_name": "h"})),
+            Records(ScrapeRecords([http], {}, {"host_name": "h"})))
+
+
+@pytest.mark.usefixtures("unchecked")
+def test_a_series_seen_before_is_not_made_again() -> None:
+    """Only series new to the renderer, or whose device's labels changed, get their
+    labels and line prefix made; the registry's other sources of records (the HTTP
+    front's, without devices) do not make the exporter's devices new again."""
+    made: list[str] = []
+    renderer = TextRenderer()
+    make = render._text_maker("underscores")
+
+    def counted(name: str, labels: dict[str, str]) -> str:
+        made.append(name)
+        return make(name, labels)
+
+    renderer._makers["text", "underscores"] = counted
+    # 4 series (the host's twice in one scrape: made once).
+    for pod, expected in (("a", 4), ("a", 0), ("a", 0), ("b", 1), ("b", 0)):
+        registry = CollectorRegistry(auto_describe=False)
+        for source in _scrape_like(pod):
+            registry.register(source)
+        made.clear()
+        assert renderer.render(registry) == generate_latest(registry_of_families(registry))
+        assert len(made) == expected, (pod, made)
+
+
+def registry_of_families(registry: CollectorRegistry) -> CollectorRegistry:
+    oracle = CollectorRegistry(auto_describe=False)
+    for source in registry._collector_to_names:
+        assert isinstance(source, Records)
+        oracle.register(Families(source.records.families()))
+    return oracle
 
 
 def test_a_series_that_does_not_fit_its_schema_fails_every_render() -> None:
