@@ -13,7 +13,7 @@ from prometheus_client.registry import Collector as PromCollector
 
 from gpu_exporter.model import catalogue as c
 from gpu_exporter.model.metric_types import Emitted
-from gpu_exporter.scrape.exporter import build_families, prometheus_family
+from gpu_exporter.scrape.records import ScrapeRecords, prometheus_family
 
 
 class HttpSelfMetrics(PromCollector):
@@ -30,7 +30,12 @@ class HttpSelfMetrics(PromCollector):
         return (prometheus_family(fam) for fam in c.HTTP_FAMILIES)
 
     def collect(self) -> Iterator[PromMetric]:
+        return iter(self.collect_records().families())
+
+    def collect_records(self) -> ScrapeRecords:
+        """Its series as records, which the renderer writes without prometheus_client's
+        families (scrape/records_render.py)."""
         out = Emitted()
         for reason, n in sorted(self._refusals().items()):
             c.HTTP_CONNECTIONS_REFUSED.emit(out, n, {"reason": reason})
-        return iter(build_families([out], {}, self._resource))
+        return ScrapeRecords((out,), {}, self._resource)

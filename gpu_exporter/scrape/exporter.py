@@ -8,19 +8,12 @@ import logging
 import platform
 import threading
 import time
-from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, cast
+from typing import cast
 
-from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-)
 from prometheus_client.core import Metric as PromMetric
-from prometheus_client.core import Sample as PromSample
 from prometheus_client.registry import Collector as PromCollector
 from prometheus_client.registry import CollectorRegistry
 
@@ -36,14 +29,17 @@ from gpu_exporter.collectors.base import (
 )
 from gpu_exporter.collectors.inputs import ScrapeInputs
 from gpu_exporter.model import catalogue as c
-from gpu_exporter.model import metric_types, process_energy
+from gpu_exporter.model import process_energy
 from gpu_exporter.model.labels import known
 from gpu_exporter.model.logs import forget, log_once
-from gpu_exporter.model.metric_types import Emitted, Family, HistogramSeries, Kind, Series
+from gpu_exporter.model.metric_types import Emitted
 from gpu_exporter.model.records import VENDOR_ORDER, GpuReading
 from gpu_exporter.model.settings import Settings
 from gpu_exporter.model.worker import Busy, Job, Worker, run_here
 from gpu_exporter.scrape import gcpause
+from gpu_exporter.scrape.records import ScrapeRecords
+from gpu_exporter.scrape.records import build_families as build_families
+from gpu_exporter.scrape.records import prometheus_family as prometheus_family
 
 log = logging.getLogger("gpu_exporter.exporter")
 
@@ -84,7 +80,7 @@ class _Slot:
 
 @dataclass
 class ScrapeResult:
-    families: list[PromMetric] | None  # None: no scrape was waiting for it
+    records: ScrapeRecords | None  # None: no scrape was waiting for it
     finished: float
 
 
@@ -216,18 +212,23 @@ class GpuExporterCollector(PromCollector):
         return (prometheus_family(fam) for fam in c.SCRAPE_FAMILIES)
 
     def collect(self) -> Iterator[PromMetric]:
+        """One scrape as prometheus_client's families (`name[]`, OpenMetrics 2.0)."""
         arrived = time.monotonic()
         gcpause.PAUSE.begin()
         try:
-            families = self._collect(arrived)
+            families = self._collect(arrived).families()
         except BaseException:
             gcpause.PAUSE.end()
             raise
         return _HandedOut(families)
 
-    def _collect(self, arrived: float) -> list[PromMetric]:
+    def collect_records(self) -> ScrapeRecords:
+        """One scrape as records, for scrape/records_render.py (rendered in a GC pause)."""
+        return self._collect(time.monotonic())
+
+    def _collect(self, arrived: float) -> ScrapeRecords:
         # Concurrent scrapes share one collection: a scraper that waited for another
-        # scrape which finished after it arrived takes that result. The families are
+        # scrape which finished after it arrived takes that result. The records are
         # kept only while another scrape waits (one that has not counted itself yet
         # scrapes on its own): kept longer they would outlive the response and be
         # walked by the garbage collector until the next scrape.
@@ -237,15 +238,15 @@ class GpuExporterCollector(PromCollector):
             with self._waiting_lock:
                 self._waiting -= 1
             last = self._last
-            if last is not None and last.families is not None and last.finished >= arrived:
-                return last.families
-            families = self._scrape()
+            if last is not None and last.records is not None and last.finished >= arrived:
+                return last.records
+            records = self._scrape()
             with self._waiting_lock:
-                self._last = ScrapeResult(families if self._waiting else None,
+                self._last = ScrapeResult(records if self._waiting else None,
                                           time.monotonic())
-        return families
+        return records
 
-    def _scrape(self) -> list[PromMetric]:
+    def _scrape(self) -> ScrapeRecords:
         budget = max(0.1, self.settings.scrape_timeout_seconds - _MARGIN_SECONDS)
         deadline = time.monotonic() + budget
         sinks: dict[str, Sink] = {}
@@ -368,8 +369,8 @@ class GpuExporterCollector(PromCollector):
     def merge(
         self, sinks: Mapping[str, Sink], success: Mapping[str, bool],
         duration: Mapping[str, float],
-    ) -> list[PromMetric]:
-        """One scrape's families from what each collector wrote (by collector name),
+    ) -> ScrapeRecords:
+        """One scrape's records from what each collector wrote (by collector name),
         whether it succeeded and how long it took: device labels joined, energy
         attributed, self-metrics added."""
         gpus: list[GpuReading] = [g for s in sinks.values() for g in s.gpus]
@@ -393,8 +394,8 @@ class GpuExporterCollector(PromCollector):
                      for device, found in s.consumers.items()}
         process_energy.emit(self._energy.update(gpus, consumers), own)
         self._emit_self(own, success, duration)
-        return build_families([*sinks.values(), own], dev_labels,
-                              self.settings.resource_labels)
+        return ScrapeRecords((*sinks.values(), own), dev_labels,
+                             dict(self.settings.resource_labels))
 
     def _emit_self(
         self, out: Emitted, success: Mapping[str, bool], duration: Mapping[str, float]
@@ -444,100 +445,6 @@ def assign_device_labels(gpus: Sequence[GpuReading]) -> dict[str, dict[str, str]
         # A plain dict from here on: the pod labels of the device are merged into it.
         labels[g.identity.key] = cast("dict[str, str]", hw_gpu.device_labels(g, i))
     return labels
-
-
-def prometheus_family(fam: Family[Any]) -> PromMetric:
-    if fam.kind is Kind.COUNTER:
-        return CounterMetricFamily(fam.name, fam.help, unit=fam.unit)
-    if fam.kind is Kind.HISTOGRAM:
-        return HistogramMetricFamily(fam.name, fam.help, unit=fam.unit)
-    return GaugeMetricFamily(fam.name, fam.help, unit=fam.unit)
-
-
-def build_families(
-    emitted: Sequence[Emitted],
-    device_labels: Mapping[str, Mapping[str, str]],
-    resource_labels: Mapping[str, str],
-) -> list[PromMetric]:
-    """prometheus_client families of everything emitted, in catalogue order. Label order
-    is resource, then device, then the sample's own; each device's labels are joined to
-    the resource labels once per scrape, not once per sample."""
-    resource = dict(resource_labels)
-    joined = {key: {**resource, **dev} for key, dev in device_labels.items()}
-    scalars: dict[Family[Any], list[list[Series]]] = defaultdict(list)
-    histograms: dict[Family[Any], list[list[HistogramSeries]]] = defaultdict(list)
-    for e in emitted:
-        for fam, series in e.scalars.items():
-            scalars[fam].append(series)
-        for fam, hseries in e.histograms.items():
-            histograms[fam].append(hseries)
-    out: list[PromMetric] = []
-    for fam in sorted(scalars.keys() | histograms.keys(), key=lambda f: f.order):
-        prom = prometheus_family(fam)
-        if fam in scalars:
-            _add_scalars(prom.samples, fam.name, scalars[fam], joined, resource)
-        if fam in histograms:
-            _add_histograms(prom, fam, histograms[fam], joined, resource)
-        if not prom.samples:
-            continue  # every sample named a device no collector reported this scrape
-        if metric_types.CHECK_LABELS:
-            for sample in prom.samples:
-                fam.check({k: v for k, v in sample.labels.items() if k != "le"}, resource)
-        out.append(prom)
-    return out
-
-
-def _add_scalars(
-    samples: list[PromSample], name: str, lists: list[list[Series]],
-    joined: Mapping[str, dict[str, str]], resource: dict[str, str],
-) -> None:
-    # The loop of every scrape over every series: names bound locally.
-    new, append, device_base = PromSample, samples.append, joined.get
-    for series in lists:
-        for own, value, device in series:
-            if device is not None:
-                base = device_base(device)
-                if base is None:
-                    continue  # a sample for a device no collector reported this scrape
-                # Series without labels of their own share their device's dict (the
-                # renderer only reads it).
-                labels = {**base, **own} if own else base
-            elif own:
-                labels = {**resource, **own} if resource else own  # type: ignore[assignment]
-            else:
-                labels = resource
-            append(new(name, labels, value))
-
-
-def _add_histograms(
-    prom: PromMetric, fam: Family[Any], lists: list[list[HistogramSeries]],
-    joined: Mapping[str, dict[str, str]], resource: dict[str, str],
-) -> None:
-    # prometheus_client writes a histogram's _bucket/_count/_sum for one set of label
-    # names at a time: one family per label set, their samples gathered into one.
-    by_names: dict[tuple[str, ...], HistogramMetricFamily] = {}
-    for series in lists:
-        for own, buckets, sum_value, device in series:
-            if device is not None:
-                base = joined.get(device)
-                if base is None:
-                    continue
-                labels = {**base, **own}
-            else:
-                labels = {**resource, **own}
-            names = tuple(labels)
-            h = by_names.get(names)
-            if h is None:
-                h = by_names[names] = HistogramMetricFamily(
-                    fam.name, fam.help, labels=names, unit=fam.unit)
-            h.add_metric(list(labels.values()),
-                         [(_fmt_bound(bound), count) for bound, count in buckets], sum_value)
-    for h in by_names.values():
-        prom.samples.extend(h.samples)
-
-
-def _fmt_bound(bound: float) -> str:
-    return "+Inf" if bound == float("inf") else repr(float(bound))
 
 
 def make_registry(exporter: GpuExporterCollector) -> CollectorRegistry:

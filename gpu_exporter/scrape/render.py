@@ -22,11 +22,13 @@ from typing import Any, cast
 
 from prometheus_client.metrics_core import Metric
 from prometheus_client.openmetrics import exposition as om
-from prometheus_client.registry import Collector
+from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString
 from prometheus_client.validation import _is_valid_legacy_metric_name
 
 from gpu_exporter.scrape.gcpause import PAUSE
+from gpu_exporter.scrape.records import ScrapeRecords
+from gpu_exporter.scrape.records_render import Entry, RecordSource, RecordWriter
 
 _go_float = cast(Callable[[float], str], floatToGoString)
 
@@ -37,9 +39,10 @@ _TYPES = {"counter": "counter", "info": "gauge", "stateset": "gauge",
           "gaugehistogram": "histogram", "unknown": "untyped"}
 _NAME_SUFFIX = {"counter": "_total", "info": "_info"}
 
-_Key = tuple[str, ...]  # the name, the label names, the label values: one flat tuple
-# key, line prefix (`name{labels} `), the value last written, that line
-_Entry = tuple[_Key, str, object, str]
+# the name, the label names, the label values: one flat tuple (records_render.py's keys
+# hold a device id after the name, so never equal one of these)
+_Key = tuple[Any, ...]
+_Entry = Entry
 _Make = Callable[[str, dict[str, str]], str]
 
 
@@ -82,6 +85,32 @@ def _help(name: str, documentation: str, mtype: str, escaping: str) -> str:
     doc = documentation.replace("\\", r"\\").replace("\n", r"\n")
     name = om.escape_metric_name(name, escaping)
     return f"# HELP {name} {doc}\n# TYPE {name} {mtype}\n"
+
+
+def _text_header(metric: Metric, escaping: str) -> str:
+    mtype = metric.type
+    return _help(metric.name + _NAME_SUFFIX.get(mtype, ""), metric.documentation,
+                 _TYPES.get(mtype, mtype), escaping)
+
+
+def _openmetrics_header(metric: Metric, escaping: str) -> str:
+    name = om.escape_metric_name(metric.name, escaping)
+    unit = f"# UNIT {name} {metric.unit}\n" if metric.unit else ""
+    return (f"# HELP {name} {_value(metric.documentation)}\n"
+            f"# TYPE {name} {metric.type}\n{unit}")
+
+
+def _parts(registry: Collector) -> list[Collector]:
+    """The collectors of `registry` in its order (a collector that hands over records
+    is rendered from them); a registry with target info, or anything else, whole."""
+    # prometheus_client's own attributes, read as its `collect` reads them; a release
+    # without them gets the registry collected whole (the library's families).
+    collectors = getattr(registry, "_collector_to_names", None)
+    if (isinstance(registry, CollectorRegistry) and isinstance(collectors, dict)
+            and not getattr(registry, "_target_info", True)):
+        with registry._lock:
+            return list(collectors)
+    return [registry]
 
 
 class _Round:
@@ -145,6 +174,7 @@ class TextRenderer:
     def __init__(self) -> None:
         self._lines: dict[tuple[str, str], dict[_Key, _Entry]] = {}
         self._makers: dict[tuple[str, str], _Make] = {}
+        self._records = RecordWriter()
 
     def render(self, registry: Collector, escaping: str = UNDERSCORES) -> bytes:
         return _paused(self._render, registry, _known(escaping))
@@ -160,52 +190,70 @@ class TextRenderer:
                                         else _openmetrics_maker)(escaping)
         return _Round(make, self._lines.get(key, {}))
 
+    def _write(self, records: ScrapeRecords, lines: _Round, kind: str, escaping: str,
+               out: list[str]) -> None:
+        make = _text_header if kind == "text" else _openmetrics_header
+        self._records.write(
+            records, lines.previous, lines.current, lines.make, lines.line,
+            lambda fam: self._records.header(fam, kind, escaping, make), out)
+
     def _render(self, registry: Collector, escaping: str) -> bytes:
         lines = self._round("text", escaping)
         out: list[str] = []
-        for metric in registry.collect():
-            mtype = metric.type
-            out.append(_help(metric.name + _NAME_SUFFIX.get(mtype, ""), metric.documentation,
-                             _TYPES.get(mtype, mtype), escaping))
-            moved: dict[str, list[str]] = {}
-            for s in metric.samples:
-                if s.timestamp is None:
-                    line = lines.line(s.name, s.labels, s.value)
-                else:  # none of ours: written in full
-                    stamp = int(float(s.timestamp) * 1000)
-                    line = f"{lines.make(s.name, s.labels)}{_go_float(s.value)} {stamp:d}\n"
-                suffix = s.name[len(metric.name):] if s.name.startswith(metric.name) else ""
-                if suffix in _SUFFIXES:
-                    moved.setdefault(suffix, []).append(line)
-                else:
-                    out.append(line)
-            for suffix, moved_lines in sorted(moved.items()):
-                out.append(_help(metric.name + suffix, metric.documentation, "gauge", escaping))
-                out.extend(moved_lines)
+        for part in _parts(registry):
+            if isinstance(part, RecordSource):
+                self._write(part.collect_records(), lines, "text", escaping, out)
+            else:
+                for metric in part.collect():
+                    self._metric(metric, lines, escaping, out)
         self._lines["text", escaping] = lines.current
         return "".join(out).encode("utf-8")
 
+    @staticmethod
+    def _metric(metric: Metric, lines: _Round, escaping: str, out: list[str]) -> None:
+        out.append(_text_header(metric, escaping))
+        moved: dict[str, list[str]] = {}
+        for s in metric.samples:
+            if s.timestamp is None:
+                line = lines.line(s.name, s.labels, s.value)
+            else:  # none of ours: written in full
+                stamp = int(float(s.timestamp) * 1000)
+                line = f"{lines.make(s.name, s.labels)}{_go_float(s.value)} {stamp:d}\n"
+            suffix = s.name[len(metric.name):] if s.name.startswith(metric.name) else ""
+            if suffix in _SUFFIXES:
+                moved.setdefault(suffix, []).append(line)
+            else:
+                out.append(line)
+        for suffix, moved_lines in sorted(moved.items()):
+            out.append(_help(metric.name + suffix, metric.documentation, "gauge", escaping))
+            out.extend(moved_lines)
+
     def _render_openmetrics(self, registry: Collector, escaping: str) -> bytes:
-        families = list(registry.collect())
-        if any(s.exemplar or s.native_histogram for m in families for s in m.samples):
+        parts: list[ScrapeRecords | list[Metric]] = [
+            part.collect_records() if isinstance(part, RecordSource) else list(part.collect())
+            for part in _parts(registry)]
+        if any(s.exemplar or s.native_histogram for part in parts if isinstance(part, list)
+               for m in part for s in m.samples):
             # Not written by this exporter's collectors: the library renders those.
+            families = [m for part in parts for m in (
+                part if isinstance(part, list) else part.families())]
             return cast(bytes, om.generate_latest(  # type: ignore[no-untyped-call]
                 _Families(families), escaping=escaping))
         lines = self._round("openmetrics", escaping)
         out: list[str] = []
-        for metric in families:
-            name = om.escape_metric_name(metric.name, escaping)
-            out.append(f"# HELP {name} {_value(metric.documentation)}\n"
-                       f"# TYPE {name} {metric.type}\n")
-            if metric.unit:
-                out.append(f"# UNIT {name} {metric.unit}\n")
-            for s in metric.samples:
-                if s.timestamp is None and s.value is not None:
-                    out.append(lines.line(s.name, s.labels, s.value))
-                else:  # none of ours: written in full
-                    value = "" if s.value is None else _go_float(s.value)
-                    stamp = "" if s.timestamp is None else f" {s.timestamp}"
-                    out.append(f"{lines.make(s.name, s.labels)}{value}{stamp}\n")
+        for part in parts:
+            if isinstance(part, ScrapeRecords):
+                self._write(part, lines, "openmetrics", escaping, out)
+                continue
+            for metric in part:
+                out.append(_openmetrics_header(metric, escaping))
+                for s in metric.samples:
+                    if s.timestamp is None and s.value is not None:
+                        out.append(lines.line(s.name, s.labels, s.value))
+                    else:  # none of ours: written in full
+                        value = "" if s.value is None else _go_float(s.value)
+                        stamp = "" if s.timestamp is None else f" {s.timestamp}"
+                        out.append(f"{lines.make(s.name, s.labels)}{value}{stamp}\n")
         self._lines["openmetrics", escaping] = lines.current
         out.append("# EOF\n")
         return "".join(out).encode("utf-8")
