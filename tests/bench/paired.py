@@ -330,7 +330,10 @@ def in_process(gpus: int, processes: int, kernel_series: int, rounds: int,
         for name, tree in trees:
             proc = subprocess.Popen(
                 [sys.executable, "-c", _SIDE, str(gpus), str(processes), str(kernel_series)],
-                env={**os.environ, "PYTHONPATH": f"{tree}:{REPO}"}, cwd=REPO, text=True,
+                # Not run in the checkout: `python -c` puts its folder first on sys.path,
+                # and every side would import the checkout's package, not its tree's.
+                env={**os.environ, "PYTHONPATH": f"{tree}:{REPO}"}, cwd=tempfile.gettempdir(),
+                text=True,
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE)
             assert proc.stdout is not None and proc.stdout.readline().strip() == "ready", name
             sides.append((name, proc))
