@@ -29,6 +29,7 @@ from gpu_exporter.sources.nvml.process_reads import (
 from gpu_exporter.sources.nvml.stack import NvmlStack, StackBusy
 
 T = TypeVar("T")
+K = TypeVar("K")
 
 
 class _Lazy(Generic[T]):
@@ -83,24 +84,14 @@ class ScrapeInputs:
         """Every DRM client of the host (all drivers), walked once this scrape however
         many collectors ask. TimeoutError when the walk passes `deadline`, for every
         collector that asked."""
-        with self._lock:
-            lazy = self._drm.get(procfs)
-            if lazy is None:
-                lazy = self._drm[procfs] = _Lazy(
-                    lambda: fdinfo.read_drm_clients(procfs, deadline=deadline),
-                    "DRM fdinfo walk")
-        return lazy.get(deadline)
+        return self._once(self._drm, procfs, lambda: fdinfo.read_drm_clients(
+            procfs, deadline=deadline), "DRM fdinfo walk").get(deadline)
 
     def accel_holders(self, procfs: str, deadline: float) -> dict[int, tuple[int, ...]]:
         """Accel node minor -> the pids holding it open (Gaudi), walked once this scrape.
         TimeoutError when the walk passes `deadline`."""
-        with self._lock:
-            lazy = self._accel.get(procfs)
-            if lazy is None:
-                lazy = self._accel[procfs] = _Lazy(
-                    lambda: accel.read_accel_holders(procfs, deadline=deadline),
-                    "accel node walk")
-        return lazy.get(deadline)
+        return self._once(self._accel, procfs, lambda: accel.read_accel_holders(
+            procfs, deadline=deadline), "accel node walk").get(deadline)
 
     def begin_nvml_processes(self, stack: NvmlStack, deadline: float) -> None:
         """Starts reading NVML's process lists now, in the stack's lanes, if no collector
@@ -117,18 +108,21 @@ class ScrapeInputs:
         passed the deadline), for every collector that asks."""
         reads_end = deadline - RETURN_MARGIN_SECONDS
         begun = self._nvml_begun(stack, deadline)
-        with self._lock:
-            lazy = self._nvml_lists.get(stack)
-            if lazy is None:
-                lazy = self._nvml_lists[stack] = _Lazy(
-                    lambda: begun.get(reads_end).finish(reads_end), "NVML process lists")
-        return lazy.get(reads_end + _NVML_WAIT_GRACE_SECONDS)
+        lists = self._once(self._nvml_lists, stack,
+                           lambda: begun.get(reads_end).finish(reads_end),
+                           "NVML process lists")
+        return lists.get(reads_end + _NVML_WAIT_GRACE_SECONDS)
 
     def _nvml_begun(self, stack: NvmlStack, deadline: float) -> _Lazy[ProcessRound]:
+        return self._once(self._nvml_round, stack,
+                          lambda: ProcessRound(stack, deadline - RETURN_MARGIN_SECONDS),
+                          "NVML session")
+
+    def _once(self, table: dict[K, _Lazy[T]], key: K, read: Callable[[], T],
+              what: str) -> _Lazy[T]:
+        """The read of `key` in `table` this scrape: the first caller's `read`."""
         with self._lock:
-            lazy = self._nvml_round.get(stack)
+            lazy = table.get(key)
             if lazy is None:
-                lazy = self._nvml_round[stack] = _Lazy(
-                    lambda: ProcessRound(stack, deadline - RETURN_MARGIN_SECONDS),
-                    "NVML session")
+                lazy = table[key] = _Lazy(read, what)
         return lazy

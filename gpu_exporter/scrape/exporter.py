@@ -249,7 +249,6 @@ class GpuExporterCollector(PromCollector):
     def _scrape(self) -> ScrapeRecords:
         budget = max(0.1, self.settings.scrape_timeout_seconds - _MARGIN_SECONDS)
         deadline = time.monotonic() + budget
-        sinks: dict[str, Sink] = {}
         success: dict[str, bool] = {}
         duration: dict[str, float] = {}
         # A collector that may hang (guarded()) runs on its own persistent worker, handed
@@ -265,15 +264,13 @@ class GpuExporterCollector(PromCollector):
         pending: dict[str, tuple[_Slot, Job[bool], float]] = {}
         ended: dict[str, float] = {}  # when each collector returned
         inputs = ScrapeInputs()  # what the sources say this scrape, read once
-        previous: Job[bool] | None = None
+        sinks = {name: Sink(name, deadline, inputs=inputs) for name in self._slots}
         here = {name: slot.runs_here() for name, slot in self._slots.items()}
         last = next((name for name, slot in reversed(self._slots.items())
                      if here[name] and slot.collector.waits_for_devices), None)
-        for name, slot in self._slots.items():
-            sink = Sink(name, deadline, inputs=inputs)
-            sinks[name] = sink
-            if name == last:
-                continue  # run below
+        previous: Job[bool] | None = None
+        for name in [*(n for n in self._slots if n != last), *([last] if last else [])]:
+            slot = self._slots[name]
             if previous is not None:
                 previous.wait(min(_STAGGER_SECONDS, deadline - time.monotonic()))
             started = time.monotonic()
@@ -283,8 +280,8 @@ class GpuExporterCollector(PromCollector):
                 # An unavailable collector is reported by its feature state; it has no
                 # collector_success (it neither ran nor failed).
                 continue
-            run = partial(self._run_on_worker, slot, sink, ended)
-            if here[name] and not slot.collector.waits_for_devices:
+            run = partial(self._run_collector, slot, sinks[name], ended)
+            if here[name] and (name == last or not slot.collector.waits_for_devices):
                 pending[name] = (slot, run_here(run), started)
                 continue
             try:
@@ -297,12 +294,6 @@ class GpuExporterCollector(PromCollector):
                 continue
             pending[name] = (slot, job, started)
             previous = job
-        if last is not None:
-            if previous is not None:
-                previous.wait(min(_STAGGER_SECONDS, deadline - time.monotonic()))
-            slot, started = self._slots[last], time.monotonic()
-            pending[last] = (slot, run_here(partial(
-                self._run_on_worker, slot, sinks[last], ended)), started)
         for name, (slot, job, started) in pending.items():
             if job.wait(deadline - time.monotonic()):
                 ok = self._finished(slot, sinks[name], job)
@@ -317,7 +308,7 @@ class GpuExporterCollector(PromCollector):
                 sinks[name] = Sink(name, deadline)  # whatever it wrote is dropped
         return self.merge(sinks, success, duration)
 
-    def _run_on_worker(self, slot: _Slot, sink: Sink, ended: dict[str, float]) -> bool:
+    def _run_collector(self, slot: _Slot, sink: Sink, ended: dict[str, float]) -> bool:
         """On the collector's worker (or the scrape's thread, see _Slot.runs_here): start it
         again when due, then collect. True when it collected (False: still
         unavailable)."""

@@ -36,6 +36,16 @@ _Token = tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...] | None]
 MAX_DEVICE_LABEL_SETS = 1024
 
 
+def with_value(entry: Entry, value: Any) -> Entry:
+    """A cached line with `value`: the same entry when its value is that one, else its
+    prefix with the value written again. Equal numbers are one text, except 0.0 and -0.0
+    (equal, written apart): a zero is reused only as the same object. NaN is never
+    equal."""
+    if value is entry[2] or (value == entry[2] and value):
+        return entry
+    return entry[0], entry[1], value, f"{entry[1]}{_go_float(value)}\n"
+
+
 @runtime_checkable
 class RecordSource(Protocol):
     """A collector in the registry that hands its scrape over as records."""
@@ -62,11 +72,10 @@ class RecordWriter:
             text = self._headers[key] = make(prometheus_family(fam), escaping)
         return text
 
-    def _devices(self, records: ScrapeRecords) -> tuple[dict[str | None, int],
-                                                        dict[int, dict[str, str]]]:
+    def _devices(self, records: ScrapeRecords, resource: dict[str, str],
+                 ) -> tuple[dict[str | None, int], dict[int, dict[str, str]]]:
         """Each device key's id (None: no device, the resource labels alone) and each
         id's labels: the resource labels, then the device's."""
-        resource = dict(records.resource)
         res_items = tuple(resource.items())
         known = self._ids
         id_of: dict[str | None, int] = {}
@@ -91,8 +100,8 @@ class RecordWriter:
     def write(self, records: ScrapeRecords, previous: Mapping[tuple[Any, ...], Entry],
               current: dict[tuple[Any, ...], Entry], make: Make, line: Line,
               header: Callable[[Family[Any]], str], out: list[str]) -> None:
-        id_of, base_of = self._devices(records)
         resource = dict(records.resource)
+        id_of, base_of = self._devices(records, resource)
         joined: dict[str, dict[str, str]] | None = None
         for fam, scalars, histograms in records.grouped():
             start = len(out)
@@ -129,10 +138,8 @@ def _scalars(fam: Family[Any], lists: list[list[Series]], id_of: dict[str | None
                     fam.check({k: v for k, v in labels.items() if k != "le"}, resource)
                 prefix = make(name, labels)
                 entry = key, prefix, value, f"{prefix}{_go_float(value)}\n"
-            # As render.py's _Round.line: a zero is reused only as the same object (0.0
-            # and -0.0 are equal, written apart); NaN is never equal.
-            elif value is not entry[2] and (value != entry[2] or not value):
-                entry = entry[0], entry[1], value, f"{entry[1]}{_go_float(value)}\n"
+            else:
+                entry = with_value(entry, value)
             current[entry[0]] = entry
             append(entry[3])
 

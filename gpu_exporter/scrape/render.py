@@ -28,7 +28,7 @@ from prometheus_client.validation import _is_valid_legacy_metric_name
 
 from gpu_exporter.scrape.gcpause import PAUSE
 from gpu_exporter.scrape.records import ScrapeRecords
-from gpu_exporter.scrape.records_render import Entry, RecordSource, RecordWriter
+from gpu_exporter.scrape.records_render import Entry, RecordSource, RecordWriter, with_value
 
 _go_float = cast(Callable[[float], str], floatToGoString)
 
@@ -135,10 +135,8 @@ class _Round:
             # concurrent scrapes).
             prefix = self.make(name, labels)
             entry = key, prefix, value, f"{prefix}{_go_float(value)}\n"
-        # Equal numbers are one float and so one text, except 0.0 and -0.0 (equal,
-        # written apart): a zero is reused only as the same object. NaN is never equal.
-        elif value is not entry[2] and (value != entry[2] or not value):
-            entry = entry[0], entry[1], value, f"{entry[1]}{_go_float(value)}\n"
+        else:
+            entry = with_value(entry, value)
         self.current[entry[0]] = entry
         return entry[3]
 

@@ -394,7 +394,6 @@ class _Threads:
     """Which thread ran each test collector's collect(), and when."""
 
     ran: ClassVar[dict[str, str]] = {}
-    spans: ClassVar[dict[str, tuple[float, float]]] = {}
 
 
 class Quick(Enabled):
@@ -422,18 +421,19 @@ class Careful(Quick):
 
 
 class WaitsA(Quick):
-    """Cannot hang, but waits for devices until the deadline (a GPU hung in a lane)."""
+    """Cannot hang, but waits for devices until the deadline (a GPU hung in a lane).
+    With `meet` set, it waits for the other such collector to be waiting too: run one
+    after the other, the first waits until the deadline and fails."""
 
     name = "waits_a"
     help = "waits for a hung device"
     waits_for_devices = True
-    wait_seconds: ClassVar[float] = 0.0
+    meet: ClassVar[threading.Barrier | None] = None
 
     def collect(self, sink: Sink) -> None:
-        started = time.monotonic()
         super().collect(sink)
-        time.sleep(min(self.wait_seconds, sink.time_left()))
-        _Threads.spans[self.name] = (started, time.monotonic())
+        if self.meet is not None:
+            self.meet.wait(sink.time_left())  # BrokenBarrierError: it waited alone
 
 
 class WaitsB(WaitsA):
@@ -441,7 +441,7 @@ class WaitsB(WaitsA):
 
 
 def test_collectors_that_cannot_hang_run_on_the_scrapes_own_thread() -> None:
-    WaitsA.wait_seconds = 0.0
+    WaitsA.meet = None
     exp = _exporter(Quick, Careful, WaitsA, WaitsB)
     try:
         _Threads.ran.clear()
@@ -460,20 +460,17 @@ def test_collectors_that_cannot_hang_run_on_the_scrapes_own_thread() -> None:
 
 
 def test_two_collectors_waiting_for_hung_devices_do_not_add_up() -> None:
-    # Each waits 0.8 s of a 1.25 s budget (a GPU hung in a lane call until the deadline):
-    # run one after the other they would pass it; side by side both finish.
-    WaitsA.wait_seconds = 0.8
-    exp = _exporter(Quick, WaitsA, WaitsB, timeout=1.5)
+    # Each waits for devices until the other waits too (a GPU hung in a lane call until
+    # the deadline): run one after the other, the first would wait alone until the
+    # deadline and fail; side by side, both return.
+    WaitsA.meet = threading.Barrier(2)
+    exp = _exporter(Quick, WaitsA, WaitsB, timeout=5.0)
     try:
-        started = time.monotonic()
         series = parse(_scrape(exp))
-        assert time.monotonic() - started < 1.2
         assert value(series, "gpu_exporter_collector_success", collector="waits_a") == 1
         assert value(series, "gpu_exporter_collector_success", collector="waits_b") == 1
-        a, b = _Threads.spans["waits_a"], _Threads.spans["waits_b"]
-        assert a[0] < b[1] and b[0] < a[1], (a, b)  # they overlapped
     finally:
-        WaitsA.wait_seconds = 0.0
+        WaitsA.meet = None
         exp.close()
 
 
